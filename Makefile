@@ -1,0 +1,57 @@
+# calib: the two commands a reader needs are `make book` and `make test`.
+# Everything below installs itself: a fresh machine needs only Python 3.11 and pip.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+HTML   := _build/html
+# Chapters and the book always execute at the CPU scale unless told otherwise.
+export CALIB_PROFILE ?= quick
+export PYTHONHASHSEED := 0
+export MPLBACKEND := Agg
+
+.PHONY: all setup book test test-unit test-notebooks test-browser bench chromium clean help
+
+all: setup
+
+help:
+	@echo "make book   build the book (executes every chapter) into $(HTML)"
+	@echo "make test   unit/property/parity tests, nbval over every chapter, built-book browser check"
+	@echo "make bench  speed comparisons (ratios against baselines run side by side)"
+	@echo "make clean  remove build outputs (keeps $(VENV))"
+
+# The virtual environment, rebuilt when the dependency files change.
+$(STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[book,test]"
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+book: $(STAMP)
+	rm -rf $(HTML)
+	$(BIN)/jupyter-book build . --builder html -W --keep-going
+	@echo "book: open $(HTML)/index.html"
+
+test: test-unit test-notebooks test-browser
+
+test-unit: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not browser" tests
+
+test-notebooks: $(STAMP)
+	$(BIN)/python -m pytest -q --nbval-lax -p no:randomly book
+
+test-browser: book chromium
+	$(BIN)/python -m pytest -q -m browser tests
+
+# Debian's chromium for the built-book check; tools/ensure_chromium.sh says why when it can't.
+chromium:
+	@bash tools/ensure_chromium.sh
+
+bench: $(STAMP)
+	@for b in benchmarks/[a-z]*.py; do echo "### $$b"; $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf _build .pytest_cache .hypothesis

@@ -1,0 +1,18 @@
+"""calib: neural-network calibration, from losses to reliability diagrams.
+
+Data flows one way: data -> model -> trainer -> run record (logits + labels)
+-> metrics / post-hoc -> plots and tables. Modules, one idea each:
+
+``metrics``      accuracy, NLL, Brier, ECE/MCE/AdaECE/Classwise-ECE, smooth ECE, bootstrap
+``posthoc``      temperature scaling, histogram binning (fit / transform)
+``losses``       every training loss of the five papers, with a registry
+``uncertainty``  sample-wise weights u_FL, u_DFL, u_gBS
+``theory``       sympy derivations the book shows and the tests check
+``data``         CIFAR/SVHN/Tiny-ImageNet loaders, Gaussian-mixture toy data
+``models``       CIFAR ResNets, WideResNet, DenseNet, small CNN/MLP
+``train``        the trainer and run records; CLI ``python -m calib``
+``meta``         gamma-Net and SECE meta-regularisation
+``plots``        reliability diagrams and the book's figures
+``profile``      the ``CALIB_PROFILE`` switch (quick | colab | paper)
+"""
+__version__ = "0.1.0"

@@ -1,0 +1,154 @@
+"""Input validation shared by every public function of :mod:`calib`.
+
+Every metric, loss and calibrator funnels its inputs through these helpers so a
+reader gets the same clear message (naming the argument and the problem) wherever
+they pass a wrong shape, a NaN, labels out of range or probabilities in place of
+logits.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+ArrayLike = Any  # torch.Tensor | np.ndarray | sequence of numbers
+
+
+def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """Return ``x`` as a torch tensor (no copy for tensors); refuse strings and None."""
+    if x is None or isinstance(x, (str, bytes)):
+        raise TypeError(f"{name} must be a torch.Tensor or numpy array, got {type(x).__name__}")
+    if isinstance(x, torch.Tensor):
+        t = x
+    else:
+        try:
+            t = torch.as_tensor(np.asarray(x))
+        except (TypeError, ValueError) as exc:
+            raise TypeError(f"{name} must be a torch.Tensor or numpy array: {exc}") from None
+    if dtype is not None:
+        t = t.to(dtype)
+    return t
+
+
+def check_finite(t: torch.Tensor, name: str) -> None:
+    if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+        raise ValueError(f"{name} contains NaN or inf values")
+
+
+def check_matrix(x: ArrayLike, name: str) -> torch.Tensor:
+    """A non-empty, finite, floating ``(N, K)`` tensor with K >= 2."""
+    t = as_tensor(x, name)
+    if not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    if t.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, K), got shape {tuple(t.shape)}")
+    if t.shape[0] == 0:
+        raise ValueError(f"{name} is empty (N = 0)")
+    if t.shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {t.shape[1]}")
+    check_finite(t, name)
+    return t
+
+
+def check_probs(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-3) -> torch.Tensor:
+    """Probabilities ``(N, K)``: entries in [0, 1], rows summing to 1 within ``atol``."""
+    p = check_matrix(probs, name)
+    if bool((p < -1e-6).any()) or bool((p > 1 + 1e-6).any()):
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1]; got values in "
+            f"[{p.min().item():.4g}, {p.max().item():.4g}] (pass softmax(logits), not logits)"
+        )
+    rows = p.sum(dim=1, dtype=torch.float64)
+    if not bool(torch.allclose(rows, torch.ones_like(rows), atol=atol)):
+        worst = (rows - 1).abs().max().item()
+        raise ValueError(f"{name} rows must sum to 1 (largest deviation {worst:.3g})")
+    return p
+
+
+def looks_like_probs(t: torch.Tensor) -> bool:
+    """True when every row is in [0, 1] and sums to 1: almost surely not logits."""
+    if t.ndim != 2 or t.shape[0] == 0:
+        return False
+    in_range = bool((t >= 0).all()) and bool((t <= 1).all())
+    return in_range and bool(torch.allclose(t.sum(1, dtype=torch.float64), torch.ones(t.shape[0], dtype=torch.float64), atol=1e-4))
+
+
+def check_logits(logits: ArrayLike, name: str = "logits", *, refuse_probs: bool = False) -> torch.Tensor:
+    """Logits ``(N, K)``; with ``refuse_probs`` reject rows that are already probabilities."""
+    g = check_matrix(logits, name)
+    if refuse_probs and g.shape[0] > 1 and looks_like_probs(g):
+        raise ValueError(
+            f"{name} looks like probabilities (every row is in [0, 1] and sums to 1); "
+            "pass the unnormalised logits, e.g. the model output before softmax"
+        )
+    return g
+
+
+def check_labels(labels: ArrayLike, n: int, num_classes: int, name: str = "labels") -> torch.Tensor:
+    """Integer class labels ``(N,)`` in ``[0, num_classes)`` as an int64 tensor."""
+    y = as_tensor(labels, name)
+    if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
+        raise TypeError(f"{name} must be integer class indices, got dtype {y.dtype}")
+    if y.ndim != 1:
+        raise ValueError(f"{name} must have shape (N,), got shape {tuple(y.shape)}")
+    if y.shape[0] != n:
+        raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have N = {n} rows")
+    if n and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+        raise ValueError(
+            f"{name} must lie in [0, {num_classes}); got values in [{int(y.min())}, {int(y.max())}]"
+        )
+    return y.long()
+
+
+def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def check_nonnegative(value: Any, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not np.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return float(value)
+
+
+def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-3) -> torch.Tensor:
+    """:func:`check_probs` in two passes over ``(N, K)``, for metrics on millions of rows.
+
+    Same contract and messages: a non-empty ``(N, K)`` floating tensor (K >= 2), finite,
+    entries in [0, 1] (1e-6 slack), rows summing to 1 within ``atol``. NaN and inf
+    surface through the row sums, so no separate ``isfinite`` pass over every entry is
+    needed; the range comes from one ``aminmax``. Half precision is promoted to float32.
+    """
+    p = as_tensor(probs, name)
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    if p.ndim != 2:
+        raise ValueError(f"{name} must have shape (N, K), got shape {tuple(p.shape)}")
+    if p.shape[0] == 0:
+        raise ValueError(f"{name} is empty (N = 0)")
+    if p.shape[1] < 2:
+        raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {p.shape[1]}")
+    rows = p.sum(dim=1)
+    if not bool(torch.isfinite(rows).all()):
+        raise ValueError(f"{name} contains NaN or inf values")
+    lo, hi = torch.aminmax(p)
+    if float(lo) < -1e-6 or float(hi) > 1 + 1e-6:
+        raise ValueError(
+            f"{name} must be probabilities in [0, 1]; got values in "
+            f"[{float(lo):.4g}, {float(hi):.4g}] (pass softmax(logits), not logits)"
+        )
+    worst = float((rows.double() - 1).abs().max())
+    if worst > atol:
+        raise ValueError(
+            f"{name} rows must sum to 1 (largest deviation {worst:.3g}); "
+            "pass softmax(logits), not logits or unnormalised scores"
+        )
+    return p

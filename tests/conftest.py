@@ -1,0 +1,34 @@
+"""Shared test configuration: CPU, few threads, deterministic seeds, headless plots."""
+from __future__ import annotations
+
+import os
+import pathlib
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+REFERENCE = ROOT.parent / "shared" / "reference" / "netcal-records"
+
+
+@pytest.fixture(autouse=True)
+def _seed_everything():
+    import numpy as np
+    import torch
+
+    torch.manual_seed(0)
+    np.random.seed(0)
+    yield
+
+
+@pytest.fixture
+def netcal_records() -> pathlib.Path:
+    """Folder of real CIFAR prediction files (tests only); skipped with a reason when absent."""
+    if not REFERENCE.is_dir():
+        pytest.skip(f"reference predictions not found at {REFERENCE} (they live in ../shared/reference)")
+    return REFERENCE
+
+
+os.environ.setdefault("CALIB_PROFILE", "quick")

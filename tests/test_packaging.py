@@ -1,0 +1,113 @@
+"""The project's own files: dependencies agree, chapters are stripped and wired into the book."""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+import sys
+import tomllib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import sync_setup_cells  # noqa: E402
+
+
+def _norm(req: str) -> str:
+    return re.sub(r"\s+", "", req).lower().replace("_", "-")
+
+
+def pyproject_requirements() -> set[str]:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(meta["dependencies"])
+    for extra in meta["optional-dependencies"].values():
+        reqs += extra
+    return {_norm(r) for r in reqs}
+
+
+def environment_requirements() -> set[str]:
+    lines = (ROOT / "environment.yml").read_text().splitlines()
+    start = next(i for i, l in enumerate(lines) if l.strip() == "- pip:")
+    reqs = set()
+    for line in lines[start + 1 :]:
+        item = line.strip()
+        if not item.startswith("- "):
+            break
+        item = item[2:].strip()
+        if not item.startswith("-e"):
+            reqs.add(_norm(item))
+    return reqs
+
+
+def test_environment_yml_matches_pyproject():
+    py, env = pyproject_requirements(), environment_requirements()
+    assert py == env, f"only in pyproject: {sorted(py - env)}; only in environment.yml: {sorted(env - py)}"
+
+
+def test_pyproject_keeps_lower_bounds_for_torch():
+    """Colab keeps its own torch: no exact pins in the package metadata (DESIGN.md §4)."""
+    for req in pyproject_requirements():
+        assert "==" not in req, f"{req}: exact pins belong in constraints.txt, not pyproject.toml"
+    pins = (ROOT / "constraints.txt").read_text()
+    assert "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
+
+
+def chapters() -> list[pathlib.Path]:
+    return sync_setup_cells.chapters()
+
+
+def test_there_are_chapters():
+    assert chapters(), "book/ holds no NN_topic.ipynb chapter"
+
+
+@pytest.mark.parametrize("path", chapters(), ids=lambda p: p.name)
+def test_chapter_is_committed_without_outputs(path):
+    nb = json.loads(path.read_text())
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] == "code":
+            assert cell.get("outputs") == [], f"{path.name} cell {i} has outputs"
+            assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
+
+
+@pytest.mark.parametrize("path", chapters(), ids=lambda p: p.name)
+def test_chapter_setup_cell_matches_config(path):
+    """The Colab install URL comes from _config.yml's repository.url, the single source."""
+    nb = json.loads(path.read_text())
+    cell = sync_setup_cells.first_code_cell(nb)
+    assert cell is not None
+    assert "".join(cell["source"]) == sync_setup_cells.setup_source(), (
+        f"{path.name}: setup cell out of date; run python tools/sync_setup_cells.py"
+    )
+
+
+@pytest.mark.parametrize("path", chapters(), ids=lambda p: p.name)
+def test_chapter_starts_with_title_and_reports_profile(path):
+    nb = json.loads(path.read_text())
+    first = nb["cells"][0]
+    assert first["cell_type"] == "markdown" and "".join(first["source"]).startswith("# ")
+    code = "\n".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "code")
+    assert "profile.describe()" in code, f"{path.name} does not show which profile ran"
+
+
+def test_toc_lists_every_chapter():
+    toc = (ROOT / "_toc.yml").read_text()
+    listed = set(re.findall(r"file:\s*(book/[\w-]+)", toc))
+    on_disk = {f"book/{p.stem}" for p in chapters()}
+    assert on_disk <= listed, f"chapters missing from _toc.yml: {sorted(on_disk - listed)}"
+    for entry in listed:
+        assert any((ROOT / f"{entry}{ext}").exists() for ext in (".ipynb", ".md")), f"{entry} listed but missing"
+
+
+def test_every_citation_has_a_bib_entry():
+    keys = set(re.findall(r"@\w+\{([^,]+),", (ROOT / "book/references.bib").read_text()))
+    sources = [p.read_text() for p in (ROOT / "book").glob("*.ipynb")] + [(ROOT / "book/intro.md").read_text()]
+    cited = {k.strip() for text in sources for group in re.findall(r"\{cite[pt]?\}`([^`]+)`", text) for k in group.split(",")}
+    assert cited, "no citations found"
+    assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+
+
+def test_ci_runs_the_readme_test_command():
+    assert "make test" in (ROOT / ".ci/run").read_text()
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make book" in readme

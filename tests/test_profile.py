@@ -1,0 +1,31 @@
+import pytest
+import torch
+
+from calib import profile
+
+
+def test_default_is_quick_without_cuda(monkeypatch):
+    monkeypatch.delenv("CALIB_PROFILE", raising=False)
+    expected = "colab" if torch.cuda.is_available() else "quick"
+    assert profile.current() == expected
+
+
+@pytest.mark.parametrize("name", profile.PROFILES)
+def test_env_var_selects_profile(monkeypatch, name):
+    monkeypatch.setenv("CALIB_PROFILE", name.upper())
+    assert profile.current() == name
+    assert profile.pick(quick=1, colab=2, paper=3) == {"quick": 1, "colab": 2, "paper": 3}[name]
+
+
+def test_unknown_profile_is_refused(monkeypatch):
+    monkeypatch.setenv("CALIB_PROFILE", "huge")
+    with pytest.raises(ValueError, match="CALIB_PROFILE"):
+        profile.current()
+    with pytest.raises(ValueError, match="profile"):
+        profile.pick(quick=1, colab=2, paper=3, profile="huge")
+
+
+def test_describe_names_profile_and_device(monkeypatch):
+    monkeypatch.setenv("CALIB_PROFILE", "quick")
+    text = profile.describe()
+    assert "quick" in text and str(profile.device()) in text
