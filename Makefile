@@ -11,7 +11,7 @@ export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 export MPLBACKEND := Agg
 
-.PHONY: all setup book test test-unit test-notebooks test-browser bench chromium clean help
+.PHONY: all setup book test test-unit test-notebooks test-browser test-browser-only bench chromium clean help
 
 all: setup
 
@@ -30,20 +30,29 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# THREADS=1 pins each process to one core, so two executors can share the machine.
+LIMIT := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS))
+
 book: $(STAMP)
 	rm -rf $(HTML)
-	$(BIN)/jupyter-book build . --builder html -W --keep-going
+	$(LIMIT) $(BIN)/jupyter-book build . --builder html -W --keep-going
 	@echo "book: open $(HTML)/index.html"
 
-test: test-unit test-notebooks test-browser
+# Unit tests first (fast failures), then the two chapter executors side by side
+# (nbval over book/ and the book build, one core each), then the built-book check.
+test: test-unit chromium
+	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks book
+	$(MAKE) --no-print-directory test-browser-only
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not browser" tests
+	$(BIN)/python -m pytest -q -n 2 -m "not browser" tests
 
 test-notebooks: $(STAMP)
-	$(BIN)/python -m pytest -q --nbval-lax -p no:randomly book
+	$(LIMIT) $(BIN)/python -m pytest -q --nbval-lax book
 
-test-browser: book chromium
+test-browser: book chromium test-browser-only
+
+test-browser-only: $(STAMP)
 	$(BIN)/python -m pytest -q -m browser tests
 
 # Debian's chromium for the built-book check; tools/ensure_chromium.sh says why when it can't.

@@ -1,0 +1,415 @@
+"""Real datasets from their standard on-disk formats, split into train / validation / test.
+
+``load(name, root)`` returns a :class:`Splits` holding every split as tensors: images as
+``uint8`` tensors of shape ``(N, C, H, W)``, labels as ``int64``. Normalisation and
+augmentation happen later, on the device, in :class:`calib.data.DeviceLoader`.
+
+Protocol (004 App. B; 000 §5 "Training Setup"): the official test set is the test split;
+``val_size`` training images (5,000 for CIFAR, giving 45k/5k) are carved out of the
+training set by a seeded permutation and serve for model selection and for fitting the
+temperature. For Tiny-ImageNet the official validation set (10,000 images with
+``val_annotations.txt``) is the test split and 50 training images per class (10,000)
+form the validation split, as in 004 App. B.
+
+Files each loader expects under ``root`` (``download=True`` fetches them where the
+network allows; otherwise the error message says where to put which file):
+
+==============  ==========================================================================
+cifar10         ``cifar-10-batches-py/data_batch_1..5``, ``test_batch`` (python pickles)
+cifar100        ``cifar-100-python/train``, ``test`` (python pickles, fine labels)
+svhn            ``svhn/train_32x32.mat``, ``svhn/test_32x32.mat`` (MATLAB, label 10 = digit 0)
+tiny_imagenet   ``tiny-imagenet-200/wnids.txt``, ``train/<wnid>/images/*.JPEG``,
+                ``val/images/*.JPEG``, ``val/val_annotations.txt`` (decoded once, then
+                cached as ``calib_uint8.pt`` in the same folder; delete it to re-decode)
+==============  ==========================================================================
+
+``digits`` and ``gaussian`` are the offline toy data of :mod:`calib.data.toy` (no files).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import tempfile
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .._checks import check_positive_int
+
+__all__ = ["Splits", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
+
+Tensor = torch.Tensor
+
+# Per-channel mean and standard deviation of the training images in [0, 1], the values in
+# common use for each dataset. The focal-loss code lineage (004) normalises CIFAR-10,
+# CIFAR-100 and SVHN alike with std (0.2023, 0.1994, 0.2010), which is not the pixel std
+# of any of them; we use each dataset's own statistics. Tiny-ImageNet follows that
+# lineage's choice, the ImageNet statistics.
+DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
+    "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
+    "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
+    "tiny_imagenet": ((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+}
+
+TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
+
+
+@dataclass(repr=False)
+class Splits:
+    """Train / validation / test tensors of one dataset.
+
+    Images (``image=True``) are ``uint8`` tensors ``(N, C, H, W)`` with ``mean``/``std`` the
+    per-channel statistics in [0, 1] used to normalise them; non-image toy data
+    (``image=False``) is ``float32`` ``(N, D)`` and gets no augmentation or normalisation
+    (``mean``/``std`` are then empty tuples). Labels are ``int64`` in ``[0, num_classes)``.
+    ``extra`` holds dataset-specific tensors, e.g. the true posterior ``test_eta`` of the
+    Gaussian mixture.
+    """
+
+    train_x: Tensor
+    train_y: Tensor
+    val_x: Tensor
+    val_y: Tensor
+    test_x: Tensor
+    test_y: Tensor
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    name: str
+    image: bool
+    extra: dict[str, Tensor] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for split in ("train", "val", "test"):
+            x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
+            if x.shape[0] != y.shape[0]:
+                raise ValueError(f"{split}_x has {x.shape[0]} rows but {split}_y has {y.shape[0]}")
+            if y.dtype != torch.int64:
+                raise TypeError(f"{split}_y must be int64 labels, got {y.dtype}")
+
+    def __repr__(self) -> str:
+        shapes = ", ".join(
+            f"{s}={tuple(getattr(self, s + '_x').shape)}" for s in ("train", "val", "test")
+        )
+        return f"Splits(name={self.name!r}, num_classes={self.num_classes}, {shapes}, image={self.image})"
+
+
+def split_indices(n: int, val_size: int, seed: int, *, labels: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Carve ``val_size`` of ``n`` training indices into a validation set.
+
+    A permutation drawn from ``torch.Generator().manual_seed(seed)``: its first
+    ``val_size`` entries are the validation indices, the rest the training indices (the
+    recipe of 004's code: shuffle the indices with a fixed seed, split off the head). With
+    ``labels`` the split is stratified: the first ``val_size / K`` examples of each of the
+    K classes in permutation order (004 App. B takes 50 per class from Tiny-ImageNet).
+    Both index sets are returned sorted; they depend only on ``(n, val_size, seed, labels)``.
+    """
+    check_positive_int(n, "n")
+    if isinstance(val_size, bool) or not isinstance(val_size, (int, np.integer)):
+        raise TypeError(f"val_size must be an int, got {type(val_size).__name__}")
+    if not 0 <= val_size < n:
+        raise ValueError(f"val_size must be in [0, {n}) (the training set has {n} examples), got {val_size}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"split_seed must be an int, got {type(seed).__name__}")
+    perm = torch.randperm(n, generator=torch.Generator().manual_seed(int(seed)))
+    if labels is None:
+        val = perm[:val_size]
+        train = perm[val_size:]
+    else:
+        if not isinstance(labels, Tensor) or labels.shape != (n,) or labels.is_floating_point():
+            raise ValueError(f"labels must be an integer tensor of shape ({n},) to stratify the split")
+        val = _stratified_head(perm, labels.long(), val_size)
+        keep = torch.ones(n, dtype=torch.bool)
+        keep[val] = False
+        train = keep.nonzero().view(-1)
+    return train.sort().values, val.sort().values
+
+
+def _stratified_head(perm: Tensor, labels: Tensor, val_size: int) -> Tensor:
+    """The first ``val_size / K`` entries of ``perm`` from each class."""
+    counts = torch.bincount(labels)
+    k = int((counts > 0).sum())
+    if val_size % k:
+        raise ValueError(f"a stratified val_size must be a multiple of the {k} classes, got {val_size}")
+    per_class = val_size // k
+    if int(counts[counts > 0].min()) <= per_class:
+        raise ValueError(f"val_size {val_size} leaves a class with no training examples")
+    lab = labels[perm]
+    order = torch.argsort(lab, stable=True)      # grouped by class, random order kept inside
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.arange(perm.numel()) - starts[lab[order]]
+    return perm[order[rank < per_class]]
+
+
+def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """Per-channel mean and std (in [0, 1]) of ``uint8`` images ``(N, C, H, W)``.
+
+    Useful to check :data:`DATASET_STATS` against your own copy of a dataset.
+    """
+    if not isinstance(images, Tensor) or images.dtype != torch.uint8 or images.ndim != 4:
+        raise TypeError("images must be a uint8 tensor of shape (N, C, H, W)")
+    if images.shape[0] == 0:
+        raise ValueError("images is empty (N = 0)")
+    x = images.transpose(0, 1).reshape(images.shape[1], -1).double() / 255.0
+    return tuple(x.mean(1).tolist()), tuple(x.std(1, unbiased=False).tolist())
+
+
+# --------------------------------------------------------------------------- readers
+def _missing(what: str, where: Path, files: list[str], how: str) -> FileNotFoundError:
+    listing = "\n".join(f"  {where / f}" for f in files)
+    return FileNotFoundError(
+        f"{what} not found. Expected these files:\n{listing}\n{how}\n"
+        f"Or call calib.data.load(..., root={str(where.parent)!r}, download=True) "
+        "(CLI: --download) where the network allows."
+    )
+
+
+def _read_cifar_pickle(path: Path, label_key: bytes) -> tuple[Tensor, Tensor]:
+    """One CIFAR python batch: ``b'data'`` (N, 3072) uint8 rows (R, G, B planes) and labels."""
+    with open(path, "rb") as fh:
+        try:
+            batch = pickle.load(fh, encoding="bytes")  # the official format is a pickle
+        except Exception as exc:  # noqa: BLE001 - any unpickling error means a bad file
+            raise ValueError(f"{path} is not a readable CIFAR pickle: {exc}") from None
+    if not isinstance(batch, dict) or b"data" not in batch or label_key not in batch:
+        raise ValueError(f"{path} lacks the keys b'data' and {label_key!r} of the CIFAR format")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    if data.ndim != 2 or data.shape[1] != 3 * 32 * 32:
+        raise ValueError(f"{path}: b'data' must have shape (N, 3072), got {data.shape}")
+    labels = np.asarray(batch[label_key], dtype=np.int64)
+    if labels.shape != (data.shape[0],):
+        raise ValueError(f"{path}: {data.shape[0]} images but {labels.shape} labels")
+    return torch.from_numpy(data.reshape(-1, 3, 32, 32).copy()), torch.from_numpy(labels)
+
+
+def _cifar(root: Path, download: bool, hundred: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    train_files = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    files = train_files + ["test" if hundred else "test_batch"]
+    if not all((folder / f).is_file() for f in files):
+        if download:
+            _download_cifar(root, hundred)
+        else:
+            url = "https://www.cs.toronto.edu/~kriz/" + ("cifar-100-python.tar.gz" if hundred else "cifar-10-python.tar.gz")
+            raise _missing(
+                "CIFAR-100" if hundred else "CIFAR-10", folder, files,
+                f"Download {url} and extract it into {root} (it unpacks to {folder.name}/).",
+            )
+    key = b"fine_labels" if hundred else b"labels"
+    parts = [_read_cifar_pickle(folder / f, key) for f in train_files]
+    test_x, test_y = _read_cifar_pickle(folder / files[-1], key)
+    return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), test_x, test_y
+
+
+def _download_cifar(root: Path, hundred: bool) -> None:
+    import torchvision
+
+    cls = torchvision.datasets.CIFAR100 if hundred else torchvision.datasets.CIFAR10
+    try:
+        cls(str(root), train=True, download=True)
+    except Exception as exc:  # noqa: BLE001 - network errors come in many types
+        raise RuntimeError(f"downloading {cls.__name__} into {root} failed: {exc}") from exc
+
+
+def _read_svhn_mat(path: Path) -> tuple[Tensor, Tensor]:
+    """SVHN cropped digits: ``X`` (32, 32, 3, N) uint8 and ``y`` (N, 1) with 10 meaning 0."""
+    import scipy.io
+
+    try:
+        mat = scipy.io.loadmat(str(path))
+    except Exception as exc:  # noqa: BLE001
+        raise ValueError(f"{path} is not a readable SVHN .mat file: {exc}") from None
+    if "X" not in mat or "y" not in mat:
+        raise ValueError(f"{path} lacks the variables X and y of the SVHN format")
+    x, y = np.asarray(mat["X"]), np.asarray(mat["y"]).reshape(-1).astype(np.int64)
+    if x.ndim != 4 or x.shape[:3] != (32, 32, 3) or x.shape[3] != y.shape[0]:
+        raise ValueError(f"{path}: X must have shape (32, 32, 3, N) matching y, got {x.shape} and {y.shape}")
+    if y.size and (y.min() < 1 or y.max() > 10):
+        raise ValueError(f"{path}: SVHN labels must lie in 1..10, got {y.min()}..{y.max()}")
+    images = torch.from_numpy(np.ascontiguousarray(x.astype(np.uint8).transpose(3, 2, 0, 1)))
+    return images, torch.from_numpy(y % 10)
+
+
+def _svhn(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    folder = root / "svhn"
+    files = ["train_32x32.mat", "test_32x32.mat"]
+    missing = [f for f in files if not (folder / f).is_file()]
+    if missing and download:
+        _download_svhn(folder, missing)
+    elif missing:
+        raise _missing(
+            "SVHN", folder, files,
+            "Download them from http://ufldl.stanford.edu/housenumbers/ (format 2, cropped digits).",
+        )
+    return (*_read_svhn_mat(folder / files[0]), *_read_svhn_mat(folder / files[1]))
+
+
+def _download_svhn(folder: Path, files: list[str]) -> None:
+    import torchvision
+    from torchvision.datasets.utils import download_url
+
+    for split, (url, filename, md5) in torchvision.datasets.SVHN.split_list.items():
+        if filename in files:
+            try:
+                download_url(url, str(folder), filename, md5)
+            except Exception as exc:  # noqa: BLE001
+                raise RuntimeError(f"downloading SVHN {split} into {folder} failed: {exc}") from exc
+
+
+def _read_jpegs(paths: list[Path]) -> Tensor:
+    from PIL import Image
+
+    arrays = []
+    for p in paths:
+        with Image.open(p) as im:
+            arrays.append(np.asarray(im.convert("RGB"), dtype=np.uint8))  # a few are greyscale
+    shapes = {a.shape for a in arrays}
+    if len(shapes) != 1:
+        raise ValueError(f"images under {paths[0].parent.parent} have differing sizes: {sorted(shapes)}")
+    return torch.from_numpy(np.stack(arrays).transpose(0, 3, 1, 2).copy())
+
+
+def _tiny_imagenet(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    folder = root / "tiny-imagenet-200"
+    needed = ["wnids.txt", "train/<wnid>/images/*.JPEG", "val/images/*.JPEG", "val/val_annotations.txt"]
+    ok = (folder / "wnids.txt").is_file() and (folder / "val" / "val_annotations.txt").is_file()
+    if not ok and download:
+        _download_tiny(root)
+    elif not ok:
+        raise _missing("Tiny-ImageNet", folder, needed, f"Download {TINY_URL} and unzip it into {root}.")
+    cache = folder / "calib_uint8.pt"
+    if cache.is_file():
+        d = torch.load(cache, weights_only=True)
+        return d["train_x"], d["train_y"], d["test_x"], d["test_y"]
+    out = _read_tiny_folder(folder)
+    _try_cache(cache, dict(zip(("train_x", "train_y", "test_x", "test_y"), out)))
+    return out
+
+
+def _read_tiny_folder(folder: Path) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Decode the standard layout; classes numbered in sorted wnid order (as 004's code)."""
+    wnids = sorted(w.strip() for w in (folder / "wnids.txt").read_text().split() if w.strip())
+    index = {w: i for i, w in enumerate(wnids)}
+    train_paths, train_labels = [], []
+    for w in wnids:
+        files = sorted((folder / "train" / w / "images").glob("*.JPEG"))
+        if not files:
+            raise FileNotFoundError(f"no training images in {folder / 'train' / w / 'images'}")
+        train_paths += files
+        train_labels += [index[w]] * len(files)
+    val_paths, val_labels = [], []
+    for line in (folder / "val" / "val_annotations.txt").read_text().splitlines():
+        parts = line.split("\t")
+        if len(parts) < 2:
+            continue
+        if parts[1] not in index:
+            raise ValueError(f"val_annotations.txt names class {parts[1]!r}, which is not in wnids.txt")
+        val_paths.append(folder / "val" / "images" / parts[0])
+        val_labels.append(index[parts[1]])
+    if not val_paths:
+        raise ValueError(f"{folder / 'val' / 'val_annotations.txt'} lists no images")
+    missing = [p for p in val_paths if not p.is_file()]
+    if missing:
+        raise FileNotFoundError(f"{len(missing)} validation images listed in val_annotations.txt are missing, e.g. {missing[0]}")
+    as_y = lambda v: torch.tensor(v, dtype=torch.int64)  # noqa: E731
+    return _read_jpegs(train_paths), as_y(train_labels), _read_jpegs(val_paths), as_y(val_labels)
+
+
+def _try_cache(path: Path, tensors: dict[str, Tensor]) -> None:
+    """Save decoded images next to the JPEGs (atomically) so the next load skips decoding."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        os.close(fd)
+        torch.save(tensors, tmp)
+        os.replace(tmp, path)
+    except OSError as exc:
+        warnings.warn(f"could not cache decoded Tiny-ImageNet at {path}: {exc}", stacklevel=3)
+
+
+def _download_tiny(root: Path) -> None:
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:
+        download_and_extract_archive(TINY_URL, str(root))
+    except Exception as exc:  # noqa: BLE001
+        raise RuntimeError(f"downloading Tiny-ImageNet into {root} failed: {exc}") from exc
+
+
+# --------------------------------------------------------------------------- public
+_READERS: dict[str, Callable[[Path, bool], tuple[Tensor, Tensor, Tensor, Tensor]]] = {
+    "cifar10": lambda root, dl: _cifar(root, dl, hundred=False),
+    "cifar100": lambda root, dl: _cifar(root, dl, hundred=True),
+    "svhn": _svhn,
+    "tiny_imagenet": _tiny_imagenet,
+}
+_CLASSES = {"cifar10": 10, "cifar100": 100, "svhn": 10, "tiny_imagenet": 200}
+_VAL_SIZE = {"cifar10": 5000, "cifar100": 5000, "svhn": 5000, "tiny_imagenet": 10_000}
+
+
+def datasets() -> list[str]:
+    """Names :func:`load` accepts."""
+    return sorted([*_READERS, "digits", "gaussian"])
+
+
+def load(
+    name: str,
+    root: str | os.PathLike = "data",
+    *,
+    val_size: int | None = None,
+    split_seed: int = 0,
+    download: bool = False,
+) -> Splits:
+    """Load dataset ``name`` from ``root`` as train / validation / test tensors.
+
+    ``val_size`` training examples, chosen by :func:`split_indices` with ``split_seed``,
+    become the validation split. ``None`` means the papers' protocol: 5,000 for CIFAR and
+    SVHN (CIFAR: 50,000 -> 45,000 + 5,000; 004 App. B, 000 §5 "Training Setup") and
+    10,000 for Tiny-ImageNet, 50 per class (004 App. B; its ``val_size`` must be a
+    multiple of the number of classes). Images stay ``uint8``; pass ``splits.mean`` and
+    ``splits.std`` to :class:`calib.data.DeviceLoader` to normalise on the device.
+
+    ``digits`` and ``gaussian`` build the offline toy data of :mod:`calib.data.toy` with
+    ``seed=split_seed`` (``root``, ``val_size`` and ``download`` do not apply to them).
+
+    Raises ``FileNotFoundError`` naming the expected files when they are missing and
+    ``download`` is False.
+    """
+    if not isinstance(name, str):
+        raise TypeError(f"name must be a str, got {type(name).__name__}")
+    key = name.lower().replace("-", "_")
+    if key in ("digits", "gaussian"):
+        return _toy(key, split_seed)
+    if key not in _READERS:
+        raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(datasets())}")
+    if not isinstance(download, bool):
+        raise TypeError(f"download must be a bool, got {type(download).__name__}")
+    if val_size is not None and (isinstance(val_size, bool) or not isinstance(val_size, (int, np.integer))):
+        raise TypeError(f"val_size must be an int or None, got {type(val_size).__name__}")  # before slow reads
+    train_x, train_y, test_x, test_y = _READERS[key](Path(root).expanduser(), download)
+    k = _CLASSES[key]
+    for nm, y in (("training", train_y), ("test", test_y)):
+        if y.numel() and (int(y.min()) < 0 or int(y.max()) >= k):
+            raise ValueError(f"{name} {nm} labels must lie in [0, {k}), got [{int(y.min())}, {int(y.max())}]")
+    if val_size is None:
+        val_size = _VAL_SIZE[key]
+    stratify = train_y if key == "tiny_imagenet" else None
+    tr, va = split_indices(train_x.shape[0], val_size, split_seed, labels=stratify)
+    mean, std = DATASET_STATS[key]
+    return Splits(
+        train_x[tr], train_y[tr], train_x[va], train_y[va], test_x, test_y,
+        num_classes=k, mean=mean, std=std, name=key, image=True,
+    )
+
+
+def _toy(key: str, seed: int) -> Splits:
+    """Thin glue to :mod:`calib.data.toy` (no files, no network)."""
+    from . import toy
+
+    if key == "digits":
+        return toy.digits_splits(seed=seed)
+    return toy.gaussian_splits(seed=seed)
