@@ -9,7 +9,6 @@ HTML   := _build/html
 # Chapters and the book always execute at the CPU scale unless told otherwise.
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
-export MPLBACKEND := Agg
 
 .PHONY: all setup book test test-unit test-notebooks test-browser test-browser-only bench chromium clean help
 

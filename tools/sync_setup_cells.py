@@ -58,7 +58,7 @@ def sync(path: pathlib.Path) -> bool:
             return False
         cell["source"] = want
     else:
-        new = {"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [], "source": want}
+        new = {"cell_type": "code", "execution_count": None, "id": "colab-setup", "metadata": {}, "outputs": [], "source": want}
         first_md = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), -1)
         nb["cells"].insert(first_md + 1, new)
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")

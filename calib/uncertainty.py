@@ -1,0 +1,257 @@
+"""Sample-wise uncertainty weights u(p̂, y): the factor that focal-type losses put on CE.
+
+Paper 000 (Lin et al., "Uncertainty weighted gradients for model calibration", §4) writes
+focal loss, dual focal loss and its own BSCE as one family, *Uncertainty-CE*,
+``L = u(p̂, y) · CE`` (000 Eq. 6), and the gradient-weighted family *Uncertainty-GRA*,
+``∇L = u(p̂, y) · ∇CE`` with ``u`` held constant (000 §4.2, Eq. 9-10). The weights are
+
+* ``u_FL  = (1 − p_y)^γ``                      focal loss (000 Eq. 7; 004 §3),
+* ``u_DFL = (1 − p_y + p_j)^γ``                dual focal loss (000 Eq. 8; Tao et al. 2023),
+* ``u_gBS = ‖p̂ − y‖_β^γ``                      generalised Brier score (000 Eq. 11),
+
+with ``y`` the one-hot label, ``p_y`` the true-class probability and ``p_j`` the largest
+probability *strictly below* ``p_y`` (0 when there is none; the convention of Tao et al.'s
+reference code, see :func:`u_dfl`). ``β`` is the order of the norm and ``γ`` its exponent.
+u_gBS contains the other two (000 §4.3): with β = 1 and only the true class counted,
+``‖p̂ − y‖_1 = 1 − p_y`` gives u_FL; with β = 1 on the true class and ``p_j`` it gives u_DFL;
+with β = γ = 2 it is the Brier score. ``support=`` selects these cases.
+
+Each weight has two entry points:
+
+* ``u_fl(probs, targets, gamma)`` etc. take probabilities and compute in probability
+  space, exactly as the equations read (``1 − p_y`` is formed as the sum of the other
+  probabilities, which keeps its digits when ``p_y`` is close to 1);
+* ``log_u_fl(log_probs, targets, gamma)`` etc. take log-probabilities
+  (``log_softmax(logits)``) and return ``log u`` computed in log space. Their values and
+  gradients stay finite for logits up to ±1e4 and for ``p_y → 1`` with ``0 < γ < 1``
+  (where ``(1 − p)^γ`` has an infinite derivative at p = 1). :mod:`calib.losses` uses these.
+"""
+from __future__ import annotations
+
+from typing import Union
+
+import torch
+from torch import Tensor
+
+from ._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs
+
+__all__ = [
+    "SUPPORTS",
+    "check_gamma",
+    "log_u_dfl",
+    "log_u_fl",
+    "log_u_gbs",
+    "u_dfl",
+    "u_fl",
+    "u_gbs",
+]
+
+Gamma = Union[float, Tensor]
+SUPPORTS = ("all", "true", "true_and_rival")
+_NEG_INF = float("-inf")
+
+
+# --------------------------------------------------------------------------- validation
+def check_gamma(gamma: Gamma, n: int, name: str = "gamma") -> Gamma:
+    """A non-negative exponent: a number, or a floating tensor of shape ``(n,)`` (one per sample).
+
+    A tensor keeps its autograd graph (gamma-Net, 001 §4.1, differentiates through it).
+    """
+    if isinstance(gamma, Tensor):
+        if not gamma.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {gamma.dtype}")
+        if gamma.ndim != 0 and tuple(gamma.shape) != (n,):
+            raise ValueError(
+                f"{name} must be a number or a tensor of shape (N,) = ({n},), got shape {tuple(gamma.shape)}"
+            )
+        g = gamma.detach()
+        if not bool(torch.isfinite(g).all()):
+            raise ValueError(f"{name} contains NaN or inf values")
+        if bool((g < 0).any()):
+            raise ValueError(f"{name} must be >= 0, got a minimum of {g.min().item():.4g}")
+        return gamma
+    return check_nonnegative(gamma, name)
+
+
+def _check_norm(norm: float) -> float:
+    value = check_nonnegative(norm, "norm")
+    if value == 0:
+        raise ValueError("norm (the order beta of the norm) must be > 0, got 0")
+    return value
+
+
+def _check_support(support: str) -> str:
+    if support not in SUPPORTS:
+        raise ValueError(f"support must be one of {', '.join(SUPPORTS)}, got {support!r}")
+    return support
+
+
+def _check_log_probs(log_probs: ArrayLike, targets: ArrayLike) -> tuple[Tensor, Tensor]:
+    lp = check_matrix(log_probs, "log_probs")
+    if bool((lp > 1e-4).any()):
+        raise ValueError("log_probs must be <= 0 (pass log_softmax(logits), not logits or probabilities)")
+    return lp, check_labels(targets, lp.shape[0], lp.shape[1], "targets")
+
+
+def _check_probs(probs: ArrayLike, targets: ArrayLike) -> tuple[Tensor, Tensor]:
+    p = check_probs(probs, "probs")
+    return p, check_labels(targets, p.shape[0], p.shape[1], "targets")
+
+
+def _as_exponent(gamma: Gamma, like: Tensor) -> Gamma:
+    """A tensor gamma on the dtype of ``like`` (a float stays a float)."""
+    return gamma.to(like.dtype) if isinstance(gamma, Tensor) else gamma
+
+
+def _times(gamma: Gamma, log_x: Tensor) -> Tensor:
+    """``gamma * log_x`` with ``0 · log 0 = 0`` for a scalar gamma of 0 (so that u = x^0 = 1)."""
+    if isinstance(gamma, Tensor):
+        return gamma * log_x
+    return log_x * gamma if gamma != 0 else torch.zeros_like(log_x)
+
+
+# --------------------------------------------------------------------------- log-space core
+def _log_rest(lp: Tensor, y: Tensor) -> Tensor:
+    """``log(1 − p_y) = log Σ_{k≠y} p_k``: accurate when p_y → 1, finite for finite logits."""
+    return torch.logsumexp(lp.scatter(1, y[:, None], _NEG_INF), dim=1)
+
+
+def _log_rival(lp: Tensor, y: Tensor) -> Tensor:
+    """``log p_j``, p_j the largest probability strictly below p_y; ``−inf`` when there is none."""
+    lp_y = lp.gather(1, y[:, None])
+    return lp.masked_fill(lp >= lp_y, _NEG_INF).amax(dim=1)
+
+
+def _log_gap(lp: Tensor, y: Tensor, support: str) -> Tensor:
+    """``log |p̂_k − y_k|`` for each class, ``−inf`` outside ``support``."""
+    gap = lp.scatter(1, y[:, None], _log_rest(lp, y)[:, None])
+    if support == "all":
+        return gap
+    keep = torch.zeros_like(lp, dtype=torch.bool).scatter(1, y[:, None], True)
+    if support == "true_and_rival":
+        lp_y = lp.gather(1, y[:, None])
+        below = lp.masked_fill(lp >= lp_y, _NEG_INF)
+        rival = below.argmax(dim=1, keepdim=True)
+        has_rival = torch.isfinite(below.gather(1, rival))
+        keep = keep | torch.zeros_like(keep).scatter(1, rival, has_rival)
+    return gap.masked_fill(~keep, _NEG_INF)
+
+
+def _log_u_fl(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
+    return _times(_as_exponent(gamma, lp), _log_rest(lp, y))
+
+
+def _log_u_dfl(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
+    return _times(_as_exponent(gamma, lp), torch.logaddexp(_log_rest(lp, y), _log_rival(lp, y)))
+
+
+def _log_u_gbs(lp: Tensor, y: Tensor, gamma: Gamma, norm: float, support: str = "all") -> Tensor:
+    log_sum = torch.logsumexp(norm * _log_gap(lp, y, support), dim=1)  # log Σ_k |p̂_k − y_k|^β
+    return _times(_as_exponent(gamma, lp), log_sum / norm)
+
+
+# --------------------------------------------------------------------------- public: log space
+def log_u_fl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Tensor:
+    """``log u_FL = γ · log(1 − p_y)``, from log-probabilities (000 Eq. 7; 004 §3).
+
+    ``1 − p_y`` is ``Σ_{k≠y} p_k``, taken as a ``logsumexp`` of the other log-probabilities, so
+    ``u_FL = exp(log_u_fl)`` and its gradient are finite even where ``p_y`` rounds to 1.
+    Returns shape ``(N,)``.
+    """
+    lp, y = _check_log_probs(log_probs, targets)
+    return _log_u_fl(lp, y, check_gamma(gamma, lp.shape[0]))
+
+
+def log_u_dfl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
+    """``log u_DFL = γ · log(1 − p_y + p_j)``, from log-probabilities (000 Eq. 8; Tao et al. 2023).
+
+    ``p_j`` is the largest probability strictly below ``p_y`` (0 when none); see :func:`u_dfl`.
+    Returns shape ``(N,)``.
+    """
+    lp, y = _check_log_probs(log_probs, targets)
+    return _log_u_dfl(lp, y, check_gamma(gamma, lp.shape[0]))
+
+
+def log_u_gbs(
+    log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, support: str = "all"
+) -> Tensor:
+    """``log u_gBS = (γ/β) · log Σ_k |p̂_k − y_k|^β``, from log-probabilities (000 Eq. 11).
+
+    The inner sum is a ``logsumexp`` of ``β · log|p̂_k − y_k|`` (the true-class entry is
+    ``log(1 − p_y)``), so no zero is ever raised to a power. Returns shape ``(N,)``.
+    """
+    lp, y = _check_log_probs(log_probs, targets)
+    return _log_u_gbs(lp, y, check_gamma(gamma, lp.shape[0]), _check_norm(norm), _check_support(support))
+
+
+# --------------------------------------------------------------------------- public: probabilities
+def _rest(p: Tensor, y: Tensor) -> Tensor:
+    """``1 − p_y`` as the sum of the other probabilities (no cancellation when p_y ≈ 1)."""
+    return p.scatter(1, y[:, None], 0.0).sum(dim=1)
+
+
+def u_fl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Tensor:
+    """Focal-loss weight ``u_FL = (1 − p_y)^γ`` (000 Eq. 7; Mukhoti et al., 004 §3).
+
+    Args:
+        probs: ``(N, K)`` probabilities (rows sum to 1).
+        targets: ``(N,)`` integer labels.
+        gamma: exponent γ ≥ 0, a number or a ``(N,)`` tensor.
+
+    Returns:
+        ``(N,)`` weights in [0, 1]; γ = 0 gives 1 everywhere (CE).
+    """
+    p, y = _check_probs(probs, targets)
+    return _rest(p, y) ** _as_exponent(check_gamma(gamma, p.shape[0]), p)
+
+
+def _rival(p: Tensor, y: Tensor) -> Tensor:
+    p_y = p.gather(1, y[:, None])
+    return p.masked_fill(p >= p_y, 0.0).amax(dim=1)
+
+
+def u_dfl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
+    """Dual-focal weight ``u_DFL = (1 − p_y + p_j)^γ`` (000 Eq. 8; Tao et al. 2023).
+
+    ``p_j`` is the largest probability *strictly below* ``p_y``, and 0 when ``p_y`` is the
+    smallest (Tao et al.'s reference code; a class tied with ``p_y`` is not below it). 000's
+    prose calls p_j "the second maximum confidence"; the two agree when the sample is
+    classified correctly, and differ on misclassified samples, where the largest
+    non-target probability is *above* ``p_y``.
+
+    Returns:
+        ``(N,)`` weights in [0, 2^γ].
+    """
+    p, y = _check_probs(probs, targets)
+    return (_rest(p, y) + _rival(p, y)) ** _as_exponent(check_gamma(gamma, p.shape[0]), p)
+
+
+def u_gbs(
+    probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, support: str = "all"
+) -> Tensor:
+    """Generalised Brier score ``u_gBS = ‖p̂ − y‖_β^γ = (Σ_k |p̂_k − y_k|^β)^(γ/β)`` (000 Eq. 11).
+
+    Args:
+        probs: ``(N, K)`` probabilities.
+        targets: ``(N,)`` integer labels.
+        gamma: the exponent γ ≥ 0 (a number or a ``(N,)`` tensor).
+        norm: the order β > 0 of the norm.
+        support: which classes enter the norm: ``"all"`` (000 Eq. 11), ``"true"`` (only
+            the true class: ``(1 − p_y)^γ`` for any β, u_FL) or ``"true_and_rival"`` (the
+            true class and p_j: with β = 1 this is u_DFL). 000 §4.3 names these special cases.
+
+    Returns:
+        ``(N,)`` weights. β = γ = 2 with ``support="all"`` is the Brier score of each sample.
+    """
+    p, y = _check_probs(probs, targets)
+    gamma = _as_exponent(check_gamma(gamma, p.shape[0]), p)
+    norm, support = _check_norm(norm), _check_support(support)
+    gap = p.scatter(1, y[:, None], _rest(p, y)[:, None])  # |p̂_k − y_k|
+    if support != "all":
+        keep = torch.zeros_like(p, dtype=torch.bool).scatter(1, y[:, None], True)
+        if support == "true_and_rival":
+            below = p.masked_fill(p >= p.gather(1, y[:, None]), 0.0)
+            rival = below.argmax(dim=1, keepdim=True)
+            keep = keep | torch.zeros_like(keep).scatter(1, rival, below.gather(1, rival) > 0)
+        gap = gap.masked_fill(~keep, 0.0)
+    return (gap**norm).sum(dim=1) ** (gamma / norm)
