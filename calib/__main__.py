@@ -1,0 +1,247 @@
+"""Command line: ``python -m calib train ...`` and ``python -m calib evaluate RUN_DIR``.
+
+Examples::
+
+    # ResNet-50 with BSCE-GRA on CIFAR-10, the paper protocol (000 §5: 350 epochs, ...)
+    python -m calib train --data cifar10 --model resnet50 --loss bsce_gra --gamma 4 --norm 2 \\
+        --profile paper --out runs/r50-bsce
+    # continue it after a disconnect
+    python -m calib train ... --out runs/r50-bsce --resume
+    # recompute metrics.json from the saved logits (no retraining)
+    python -m calib evaluate runs/r50-bsce
+    # two GPUs
+    torchrun --standalone --nproc_per_node 2 -m calib train ...
+
+Exit codes: 0 done, 2 bad arguments (with a message naming the problem), 130/143 stopped
+by SIGINT/SIGTERM after writing a checkpoint (rerun with ``--resume``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, Sequence
+
+from . import profile as _profile
+
+LOSS_OPTIONS = ("gamma", "norm", "epsilon", "alpha", "lam")
+
+
+def _key_value(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE parsed as JSON where possible (numbers, lists, true/false)."""
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    key, raw = text.split("=", 1)
+    if not key.isidentifier():
+        raise argparse.ArgumentTypeError(f"{key!r} is not a valid keyword name")
+    try:
+        return key, json.loads(raw)
+    except json.JSONDecodeError:
+        return key, raw
+
+
+def _milestones(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"milestones must be comma-separated epochs like 150,250, got {text!r}") from None
+
+
+def _positive(kind: type) -> Any:
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a {kind.__name__}, got {text!r}") from None
+        if not value > 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
+        return value
+
+    parse.__name__ = f"positive {kind.__name__}"
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m calib",
+        description="Train and evaluate calibrated classifiers (the calib textbook's trainer).",
+        epilog="Run 'python -m calib train --help' for every training option.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate}")
+    sub.required = True
+
+    t = sub.add_parser("train", help="train a model and write a run directory",
+                       description="Train one model; writes config.json, history.jsonl, checkpoint.pt, "
+                                   "logits.pt and metrics.json under --out.",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    g = t.add_argument_group("what to train")
+    g.add_argument("--data", default="cifar10",
+                   help="dataset: cifar10, cifar100, svhn, tiny_imagenet, digits or gaussian")
+    g.add_argument("--data-root", default="data", help="folder holding the dataset files")
+    g.add_argument("--download", action="store_true", help="download the dataset where the network allows")
+    g.add_argument("--val-size", type=_positive(int), default=None,
+                   help="training examples held out for validation/temperature scaling (preset: 5000 CIFAR)")
+    g.add_argument("--split-seed", type=int, default=0, help="seed of the train/val split")
+    g.add_argument("--model", default="resnet50", help="model name from calib.models.names()")
+    g.add_argument("--model-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="extra keyword for calib.models.make, e.g. hidden=256 (repeatable)")
+    g.add_argument("--loss", default="ce", help="loss name from calib.losses (ce, focal, flsd53, dual_focal, bsce, bsce_gra, ...)")
+    g.add_argument("--gamma", type=float, default=None, help="loss exponent gamma (focal family, BSCE)")
+    g.add_argument("--norm", type=float, default=None, help="norm order beta of the generalised Brier weight (BSCE)")
+    g.add_argument("--epsilon", type=float, default=None, help="label-smoothing epsilon")
+    g.add_argument("--alpha", type=float, default=None, help="loss alpha (e.g. label smoothing, 004 convention)")
+    g.add_argument("--lam", type=float, default=None, help="regulariser weight lambda (e.g. MMCE, DECE)")
+    g.add_argument("--loss-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="any other keyword for calib.losses.make (repeatable)")
+    g.add_argument("--meta", choices=("none", "gamma_net"), default="none",
+                   help="meta-regularisation: gamma_net learns a focal gamma per sample (paper 001)")
+    g.add_argument("--meta-objective", choices=("sece", "dece"), default="sece",
+                   help="calibration objective of the gamma-Net meta step")
+
+    s = t.add_argument_group("schedule (defaults: the preset scaled to --profile)")
+    s.add_argument("--profile", choices=_profile.PROFILES, default=None,
+                   help="scale: quick | colab | paper (default: $CALIB_PROFILE, else colab with CUDA, else quick)")
+    s.add_argument("--preset", choices=("cifar", "tiny_imagenet"), default=None,
+                   help="paper schedule (default: tiny_imagenet for tiny_imagenet data, else cifar)")
+    s.add_argument("--epochs", type=_positive(int), default=None, help="epochs (milestones rescale unless given)")
+    s.add_argument("--milestones", type=_milestones, default=None, help="epochs where lr is multiplied by --gamma-lr, e.g. 150,250")
+    s.add_argument("--gamma-lr", type=float, default=None, help="lr decay factor at each milestone")
+    s.add_argument("--batch-size", type=_positive(int), default=None, help="global batch size")
+    s.add_argument("--lr", type=_positive(float), default=None, help="initial learning rate")
+    s.add_argument("--momentum", type=float, default=None, help="SGD momentum")
+    s.add_argument("--weight-decay", type=float, default=None, help="weight decay")
+    s.add_argument("--optimizer", choices=("sgd", "adam", "adamw"), default=None, help="optimiser")
+    s.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling and augmentation")
+    s.add_argument("--augment", action=argparse.BooleanOptionalAction, default=None,
+                   help="random crop + flip (default: on for CIFAR and Tiny-ImageNet)")
+
+    r = t.add_argument_group("running")
+    r.add_argument("--out", required=True, help="run directory to write")
+    r.add_argument("--resume", action="store_true", help="continue the checkpoint in --out (starts afresh if none)")
+    r.add_argument("--amp", nargs="?", const="auto", default="off", choices=("off", "auto", "bf16", "fp16"),
+                   help="mixed precision on CUDA (bare --amp = bf16 where supported, else fp16); loss stays float32")
+    r.add_argument("--compile", action="store_true", help="torch.compile the model")
+    r.add_argument("--channels-last", action="store_true", help="channels_last memory format (faster convs on GPU)")
+    r.add_argument("--device", default=None, help="cpu, cuda, cuda:1, ... (default: CUDA when present)")
+    r.add_argument("--n-bins", type=_positive(int), default=15, help="bins of the calibration errors")
+    r.add_argument("--ts-method", choices=("nll", "grid"), default="nll",
+                   help="temperature scaling fit: NLL (Guo et al.) or grid search on validation ECE")
+    r.add_argument("--track", choices=("train", "test"), action="append", default=[],
+                   help="also evaluate this split every epoch (training-dynamics plots; repeatable)")
+    r.add_argument("--no-progress", action="store_true", help="no progress bars (also: CALIB_PROGRESS=0)")
+    t.set_defaults(run=cmd_train, subparser=t)
+
+    e = sub.add_parser("evaluate", help="recompute metrics.json of a run from its saved logits",
+                       formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by 'train'")
+    e.add_argument("--n-bins", type=_positive(int), default=None, help="bins (default: the run's)")
+    e.add_argument("--ts-method", choices=("nll", "grid"), default=None, help="temperature fit (default: the run's)")
+    e.set_defaults(run=cmd_evaluate, subparser=e)
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`calib.train.TrainConfig` the parsed arguments describe."""
+    from .train import DEFAULT_PRESET, TrainConfig
+
+    loss_kwargs = {k: getattr(args, k) for k in LOSS_OPTIONS if getattr(args, k) is not None}
+    loss_kwargs.update(dict(args.loss_arg))
+    overrides: dict[str, Any] = dict(
+        data=args.data, model=args.model, loss=args.loss, loss_kwargs=loss_kwargs,
+        model_kwargs=dict(args.model_arg), seed=args.seed, split_seed=args.split_seed,
+        data_root=args.data_root, download=args.download, augment=args.augment, amp=args.amp,
+        channels_last=args.channels_last, compile=args.compile, device=args.device, out=args.out,
+        n_bins=args.n_bins, ts_method=args.ts_method, track=tuple(dict.fromkeys(args.track)),
+        progress=False if args.no_progress else None, meta=args.meta, meta_objective=args.meta_objective,
+    )
+    for name in ("epochs", "milestones", "gamma_lr", "batch_size", "lr", "momentum", "weight_decay",
+                 "optimizer", "val_size"):
+        if getattr(args, name) is not None:
+            overrides[name] = getattr(args, name)
+    preset = args.preset or DEFAULT_PRESET.get(args.data, "cifar")
+    if args.val_size is None and args.data not in DEFAULT_PRESET:
+        overrides["val_size"] = None  # toy data: the loader's own split
+    return TrainConfig.from_preset(preset, args.profile, **overrides)
+
+
+def _trainer_class(meta: str) -> type:
+    from .train import Trainer
+
+    if meta == "none":
+        return Trainer
+    try:
+        from .meta import MetaTrainer
+    except ImportError as exc:
+        raise ValueError(f"--meta {meta} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
+    return MetaTrainer
+
+
+def _check_names(config: Any) -> None:
+    """Refuse unknown data/model/loss names before any data is read."""
+    from . import data, losses, models
+
+    if config.data not in data.datasets():
+        raise ValueError(f"--data {config.data!r} is not a dataset; choose one of {', '.join(data.datasets())}")
+    if config.model not in models.names():
+        raise ValueError(f"--model {config.model!r} is not a model; choose one of {', '.join(models.names())}")
+    names = getattr(losses, "names", None)
+    if callable(names) and config.loss not in names():
+        raise ValueError(f"--loss {config.loss!r} is not a loss; choose one of {', '.join(names())}")
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    """Build the config and trainer (bad input: exit 2), train, print the headline numbers."""
+    from .train import CheckpointError, TrainingInterrupted
+
+    sub = args.subparser
+    try:
+        config = config_from_args(args)
+        _check_names(config)
+        cls = _trainer_class(config.meta)
+        trainer = cls(config)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as exc:
+        sub.error(str(exc))
+    if config.progress is not False:
+        print(_profile.describe(), file=sys.stderr)
+    try:
+        metrics = trainer.fit(resume=args.resume)
+    except (FileExistsError, CheckpointError) as exc:
+        sub.error(str(exc))
+    except TrainingInterrupted as exc:
+        print(f"calib: {exc}", file=sys.stderr)
+        return 128 + int(exc.signum)
+    if trainer.is_main:
+        pre, post = metrics["pre_ts"], metrics["post_ts"]
+        print(f"test accuracy {pre['accuracy']:.4f} | ECE {100 * pre['ece']:.2f}% -> "
+              f"{100 * post['ece']:.2f}% after TS (T = {metrics['temperature']:.3f}) | run: {config.out}")
+    return 0
+
+
+def cmd_evaluate(args: argparse.Namespace) -> int:
+    """Recompute and print metrics.json of a run directory."""
+    from .train import evaluate_run
+
+    sub = args.subparser
+    try:
+        metrics = evaluate_run(args.run_dir, n_bins=args.n_bins, ts_method=args.ts_method)
+    except (ValueError, TypeError, FileNotFoundError) as exc:
+        sub.error(str(exc))
+    print(json.dumps(metrics, indent=2, sort_keys=True))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.run(args)
+    finally:
+        if "torch.distributed" in sys.modules:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

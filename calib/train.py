@@ -1,0 +1,952 @@
+"""The trainer: the papers' schedules, AMP, checkpoint/resume, progress and run records.
+
+One class, :class:`Trainer`, turns a :class:`TrainConfig` into a *run directory*::
+
+    config.json      the configuration (JSON, one object)
+    history.jsonl    one JSON line per epoch: train loss/accuracy, val accuracy/NLL/ECE, lr, ...
+    logits.pt        val and test logits + labels (a dict of tensors; torch.load(weights_only=True))
+    metrics.json     calib.metrics.summary on test, before and after temperature scaling
+                     fitted on the validation split, with the temperature T
+    checkpoint.pt    model, optimiser, scheduler, AMP scaler, RNG and loader state, written
+                     atomically every epoch and on SIGTERM/SIGINT
+
+Every metric is a pure function of the saved logits, so :func:`evaluate_run` recomputes
+``metrics.json`` without retraining.
+
+Schedules (000 §5 "Training setup"; 004 App. B): SGD, momentum 0.9, weight decay 5e-4,
+batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
+Tiny-ImageNet: divided at 40 and 60 of 100. :data:`PRESETS` holds them; :meth:`TrainConfig.from_preset`
+scales them to the active profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs
+with the milestones scaled in proportion, see :data:`PRESET_EPOCHS`).
+
+The trainer is meant to be subclassed (``calib.meta`` does): override :meth:`Trainer.train_step`,
+keep extra modules/optimisers in the checkpoint through :meth:`Trainer.extra_state` /
+:meth:`Trainer.load_extra_state`, and add per-epoch numbers through :meth:`Trainer.epoch_extras`.
+
+Multi-GPU: under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in
+DistributedDataParallel (NCCL on CUDA, gloo on CPU). Every rank walks the same seeded
+permutation of the training set and takes its own slice of each global batch
+(``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and a run on
+W processes follows the same trajectory as one process (up to float reduction order; the
+tests check 1e-5). Evaluation runs on every rank over the whole split; rank 0 writes the
+files. A SIGTERM/SIGINT checkpoint under DDP assumes every rank receives the signal (torchrun
+forwards it); a signal that reaches only some ranks is not coordinated.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from . import profile as _profile
+from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+
+__all__ = [
+    "TrainConfig",
+    "Trainer",
+    "PRESETS",
+    "PRESET_EPOCHS",
+    "scaled_milestones",
+    "train",
+    "evaluate_run",
+    "load_logits",
+    "load_history",
+    "load_config",
+    "split_stats",
+    "CheckpointError",
+    "TrainingInterrupted",
+    "CONFIG_FILE",
+    "HISTORY_FILE",
+    "METRICS_FILE",
+    "LOGITS_FILE",
+    "CHECKPOINT_FILE",
+]
+
+CONFIG_FILE = "config.json"
+HISTORY_FILE = "history.jsonl"
+METRICS_FILE = "metrics.json"
+LOGITS_FILE = "logits.pt"
+CHECKPOINT_FILE = "checkpoint.pt"
+CHECKPOINT_FORMAT = 1
+PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
+
+OPTIMIZERS = ("sgd", "adam", "adamw")
+AMP_MODES = ("off", "auto", "bf16", "fp16")
+
+# The papers' protocols: 000 §5 "Training setup" (SGD, momentum 0.9, weight decay 5e-4, batch 128
+# for every dataset) and 004 App. B (the same CIFAR schedule; Tiny-ImageNet holds out 50 training
+# images per class, 10,000 in all, for validation).
+PRESETS: dict[str, dict[str, Any]] = {
+    "cifar": dict(epochs=350, milestones=(150, 250), lr=0.1, momentum=0.9, weight_decay=5e-4,
+                  batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=5000),
+    "tiny_imagenet": dict(epochs=100, milestones=(40, 60), lr=0.1, momentum=0.9, weight_decay=5e-4,
+                          batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=10000),
+}
+# Epochs per profile; milestones scale by epochs / paper epochs (rounded, kept in [1, epochs-1]).
+#   cifar:          paper 350 (150, 250) | colab 30 (13, 21) | quick 3 (1, 2)
+#   tiny_imagenet:  paper 100 (40, 60)   | colab 15 (6, 9)   | quick 2 (1,)
+PRESET_EPOCHS: dict[str, dict[str, int]] = {
+    "cifar": {"paper": 350, "colab": 30, "quick": 3},
+    "tiny_imagenet": {"paper": 100, "colab": 15, "quick": 2},
+}
+DEFAULT_PRESET = {"cifar10": "cifar", "cifar100": "cifar", "svhn": "cifar", "tiny_imagenet": "tiny_imagenet"}
+# random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
+AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
+
+# Fields that may differ between a checkpoint and the run that resumes it: where and how
+# fast it runs, not what it computes.
+_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be resumed: unreadable, corrupt, or from a different run."""
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """Raised by :meth:`Trainer.fit` after SIGTERM/SIGINT, once the checkpoint is safely written."""
+
+    def __init__(self, signum: int, path: Path | None):
+        self.signum = signum
+        self.path = path
+        where = f"checkpoint saved to {path}; resume with resume=True (CLI: --resume)" if path else "no run directory"
+        super().__init__(f"training stopped by {signal.Signals(signum).name}: {where}")
+
+
+def scaled_milestones(milestones: tuple[int, ...], paper_epochs: int, epochs: int) -> tuple[int, ...]:
+    """Milestones scaled from ``paper_epochs`` to ``epochs``: ``round(m * epochs / paper_epochs)``.
+
+    Kept inside ``[1, epochs - 1]`` and de-duplicated, so a scaled schedule still drops the
+    learning rate the same number of times wherever the run is long enough to.
+    """
+    if epochs >= paper_epochs:
+        return tuple(milestones)
+    out = sorted({min(max(1, round(m * epochs / paper_epochs)), max(1, epochs - 1)) for m in milestones})
+    return tuple(m for m in out if m < epochs) or ((1,) if epochs > 1 else ())
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run depends on; JSON-serialisable (``to_json`` / ``from_json``).
+
+    Defaults are the CIFAR protocol of 000 §5 / 004 App. B (SGD 0.1, momentum 0.9, wd 5e-4,
+    batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
+    to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
+    ``val_size=None`` keeps the data loader's default split. ``augment=None`` turns random
+    crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
+    where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
+    always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
+    epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``/``meta_objective`` are read
+    by ``calib.meta.MetaTrainer``.
+    """
+
+    data: str = "digits"
+    model: str = "mlp"
+    loss: str = "ce"
+    loss_kwargs: dict[str, Any] = field(default_factory=dict)
+    model_kwargs: dict[str, Any] = field(default_factory=dict)
+    epochs: int = 350
+    batch_size: int = 128
+    eval_batch_size: int = 1024
+    lr: float = 0.1
+    momentum: float = 0.9
+    weight_decay: float = 5e-4
+    nesterov: bool = False
+    milestones: tuple[int, ...] = (150, 250)
+    gamma_lr: float = 0.1
+    optimizer: str = "sgd"
+    preset: str | None = None
+    profile: str | None = None
+    seed: int = 0
+    val_size: int | None = None
+    split_seed: int = 0
+    data_root: str = "data"
+    download: bool = False
+    augment: bool | None = None
+    n_bins: int = 15
+    ts_method: str = "nll"
+    track: tuple[str, ...] = ()
+    amp: str = "off"
+    channels_last: bool = False
+    compile: bool = False
+    device: str | None = None
+    out: str | None = None
+    progress: bool | None = None
+    meta: str = "none"
+    meta_objective: str = "sece"
+
+    def __post_init__(self) -> None:
+        self.milestones = tuple(int(m) for m in self.milestones)
+        self.track = tuple(self.track)
+        self.loss_kwargs = dict(self.loss_kwargs)
+        self.model_kwargs = dict(self.model_kwargs)
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ValueError/TypeError naming the field for any value out of range."""
+        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins"):
+            check_positive_int(getattr(self, name), name)
+        check_positive_int(self.seed, "seed", minimum=0)
+        check_positive_int(self.split_seed, "split_seed", minimum=0)
+        if self.val_size is not None:
+            check_positive_int(self.val_size, "val_size", minimum=1)
+        for name in ("lr", "momentum", "weight_decay", "gamma_lr"):
+            check_nonnegative(getattr(self, name), name)
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 < self.gamma_lr <= 1:
+            raise ValueError(f"gamma_lr (the lr decay factor) must lie in (0, 1], got {self.gamma_lr}")
+        if any(m < 1 for m in self.milestones) or list(self.milestones) != sorted(set(self.milestones)):
+            raise ValueError(f"milestones must be increasing epochs >= 1, got {self.milestones}")
+        if self.optimizer not in OPTIMIZERS:
+            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
+        if self.ts_method not in ("nll", "grid"):
+            raise ValueError(f"ts_method must be 'nll' or 'grid', got {self.ts_method!r}")
+        if bad := [s for s in self.track if s not in ("train", "test")]:
+            raise ValueError(f"track may hold 'train' and 'test' only, got {bad}")
+        if self.preset is not None and self.preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
+        for name in ("data", "model", "loss"):
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
+        for name in ("loss_kwargs", "model_kwargs"):
+            try:
+                json.dumps(getattr(self, name))
+            except TypeError as exc:
+                raise TypeError(f"{name} must be JSON-serialisable: {exc}") from None
+
+    @classmethod
+    def from_preset(cls, preset: str, profile: str | None = None, **overrides: Any) -> "TrainConfig":
+        """The ``preset`` schedule scaled to ``profile`` (default: the active one), then ``overrides``.
+
+        ``paper`` gives the exact protocol; ``colab``/``quick`` cut the epochs (see
+        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Passing ``epochs`` in
+        ``overrides`` rescales the milestones to it unless ``milestones`` is passed too.
+        """
+        if preset not in PRESETS:
+            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+        prof = profile or _profile.current()
+        base = dict(PRESETS[preset])
+        paper_epochs, paper_ms = base["epochs"], base["milestones"]
+        epochs = overrides.pop("epochs", _profile.pick(**PRESET_EPOCHS[preset], profile=prof))
+        base.update(epochs=epochs, milestones=scaled_milestones(paper_ms, paper_epochs, epochs))
+        base.update(preset=preset, profile=prof)
+        base.update(overrides)
+        return cls(**base)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["milestones"] = list(self.milestones)
+        d["track"] = list(self.track)
+        return d
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
+        known = {f.name for f in dataclasses.fields(cls)}
+        if unknown := sorted(set(d) - known):
+            raise ValueError(f"unknown TrainConfig fields: {unknown}")
+        return cls(**d)
+
+    @classmethod
+    def from_json(cls, text: str) -> "TrainConfig":
+        return cls.from_dict(json.loads(text))
+
+    def identity(self) -> dict[str, Any]:
+        """The fields that define *what* is computed (runtime fields such as out/device removed)."""
+        d = self.to_dict()
+        for k in _RUNTIME_FIELDS:
+            d.pop(k, None)
+        return d
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python, NumPy and torch (all devices)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def _rng_state() -> dict[str, Any]:
+    """RNG states as tensors and primitives only, so ``weights_only=True`` can load them."""
+    np_state = np.random.get_state()
+    py_version, py_internal, py_gauss = random.getstate()
+    state: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
+        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64),
+                   "gauss": py_gauss},
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def _set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    p = state["python"]
+    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
+    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def atomic_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to a temp file in the same folder, fsync, then ``os.replace``.
+
+    A crash mid-write leaves at most a stray temp file; ``path`` keeps its previous,
+    complete content until the rename, which POSIX makes atomic.
+    """
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        with open(tmp, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
+    with contextlib.suppress(OSError):  # make the rename itself durable
+        fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _atomic_write_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Load a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` if unusable."""
+    path = Path(path)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
+            "delete it to start the run afresh, or point out= elsewhere"
+        ) from exc
+    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "config" not in ckpt:
+        raise CheckpointError(f"{path} is not a calib checkpoint (format {CHECKPOINT_FORMAT})")
+    return ckpt
+
+
+def _scheduler_state(s: torch.optim.lr_scheduler.LRScheduler) -> dict[str, Any]:
+    sd = s.state_dict()
+    if isinstance(sd.get("milestones"), Counter):  # Counter is not weights_only-loadable
+        sd["milestones"] = dict(sd["milestones"])
+    return sd
+
+
+def _load_scheduler_state(s: torch.optim.lr_scheduler.LRScheduler, sd: dict[str, Any]) -> None:
+    sd = dict(sd)
+    if isinstance(sd.get("milestones"), dict):
+        sd["milestones"] = Counter(sd["milestones"])
+    s.load_state_dict(sd)
+
+
+def _progress_enabled(flag: bool | None) -> bool:
+    if flag is not None:
+        return bool(flag)
+    return os.environ.get(PROGRESS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _tqdm_class(show: bool) -> type:
+    """``tqdm.auto`` (a widget in notebooks) when bars are shown, plain ``tqdm`` otherwise.
+
+    ``tqdm.auto`` warns at import in a notebook without ipywidgets and falls back to text bars;
+    that warning is silenced, and never triggered when the bars are off.
+    """
+    if not show:
+        from tqdm import tqdm
+
+        return tqdm
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from tqdm.auto import tqdm
+    return tqdm
+
+
+def _dist_env() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, float | None]:
+    """Accuracy, NLL, ECE and the NLL/entropy of correct vs wrong predictions (004 §3, Figs. 1-2).
+
+    NLL is the mean of ``-log softmax(g)_y``; the entropy of a prediction is
+    ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
+    ECE is :func:`calib.metrics.ece` with ``n_bins`` equal-width bins.
+    """
+    from . import metrics
+
+    g = check_logits(logits, "logits").float()
+    y = check_labels(labels, g.shape[0], g.shape[1]).to(g.device)
+    logp = F.log_softmax(g, dim=1)
+    nll = -logp.gather(1, y[:, None]).squeeze(1)
+    ent = -(logp.exp() * logp).sum(1)
+    correct = logp.argmax(1) == y
+
+    def mean(t: Tensor, mask: Tensor) -> float | None:
+        return float(t[mask].mean()) if bool(mask.any()) else None
+
+    return {
+        "acc": float(correct.float().mean()),
+        "nll": float(nll.mean()),
+        "ece": float(metrics.ece(logp.exp(), y, n_bins=n_bins)),
+        "nll_correct": mean(nll, correct),
+        "nll_wrong": mean(nll, ~correct),
+        "entropy_correct": mean(ent, correct),
+        "entropy_wrong": mean(ent, ~correct),
+    }
+
+
+# ----------------------------------------------------------------------------- trainer
+
+
+class Trainer:
+    """Train one model under one :class:`TrainConfig` and leave a run directory behind.
+
+    Attributes a subclass can use: ``config``, ``device``, ``data`` (a ``calib.data.Splits``),
+    ``model`` (the bare ``nn.Module``: state dict, ``.features``, ``.classifier``), ``net``
+    (what to call in the forward pass: ``model`` wrapped by DDP and/or ``torch.compile``),
+    ``criterion``, ``optimizer``, ``scheduler``, ``scaler``, ``train_loader``, ``epoch``
+    (epochs completed), ``history`` (list of per-epoch dicts), ``rank``/``world_size``.
+
+    ``data`` may be passed to train on a ready ``Splits`` (e.g. a custom toy set) instead of
+    ``calib.data.load(config.data)``; resuming then needs the same data.
+    """
+
+    def __init__(self, config: TrainConfig, *, data: Any | None = None):
+        if not isinstance(config, TrainConfig):
+            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+        config.validate()
+        self.config = config
+        self.rank, self.world_size, self.local_rank = _dist_env()
+        self.device = self._pick_device()
+        self._init_distributed()
+        seed_everything(config.seed)
+        self.data = data if data is not None else self._load_data()
+        self.num_classes = int(self.data.num_classes)
+        self.augment = bool(self.data.image) and (config.augment if config.augment is not None
+                                                  else config.data in AUGMENTED)
+        self.model = self.build_model().to(self.device)
+        if config.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        self.net = self._wrap(self.model)
+        self.criterion = self.build_criterion()
+        self.optimizer = self.build_optimizer()
+        self.scheduler = self.build_scheduler()
+        self.amp_dtype = self._amp_dtype()
+        self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
+        self.train_loader = self.build_loader("train", train=True)
+        self.epoch = 0
+        self.history: list[dict[str, Any]] = []
+        self._resume_step = 0
+        self._resume_sums: dict[str, float] = {}
+        self._stop_signal: int | None = None
+        self._eval_loaders: dict[str, Any] = {}
+        self.metrics: dict[str, Any] | None = None
+
+    # -- construction (override in subclasses) ---------------------------------------
+
+    def _pick_device(self) -> torch.device:
+        if self.config.device:
+            dev = torch.device(self.config.device)
+        else:
+            dev = _profile.device()
+        if dev.type == "cuda" and self.world_size > 1:
+            dev = torch.device("cuda", self.local_rank)
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)
+        return dev
+
+    def _init_distributed(self) -> None:
+        if self.world_size <= 1:
+            return
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
+        if self.config.batch_size % self.world_size:
+            raise ValueError(
+                f"batch_size ({self.config.batch_size}, the global batch) must be divisible by "
+                f"WORLD_SIZE ({self.world_size})"
+            )
+
+    def _load_data(self) -> Any:
+        from . import data as cdata
+
+        kw: dict[str, Any] = {}
+        if self.config.val_size is not None:
+            kw["val_size"] = self.config.val_size
+        return cdata.load(self.config.data, self.config.data_root, split_seed=self.config.split_seed,
+                          download=self.config.download, **kw)
+
+    def build_model(self) -> nn.Module:
+        """``calib.models.make(config.model, num_classes, **model_kwargs)``; the MLP gets its input size."""
+        from . import models
+
+        kw = dict(self.config.model_kwargs)
+        shape = tuple(self.data.train_x.shape[1:])
+        if self.config.model == "mlp" and "in_features" not in kw:
+            kw["in_features"] = int(np.prod(shape))
+        elif self.config.model != "mlp" and len(shape) == 3 and "in_channels" not in kw:
+            kw["in_channels"] = int(shape[0])
+        return models.make(self.config.model, self.num_classes, **kw)
+
+    def build_criterion(self) -> nn.Module:
+        """``calib.losses.make(config.loss, **loss_kwargs)``."""
+        from . import losses
+
+        return losses.make(self.config.loss, **self.config.loss_kwargs)
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        c, params = self.config, self.model.parameters()
+        if c.optimizer == "sgd":
+            return torch.optim.SGD(params, lr=c.lr, momentum=c.momentum, weight_decay=c.weight_decay,
+                                   nesterov=c.nesterov)
+        cls = torch.optim.Adam if c.optimizer == "adam" else torch.optim.AdamW
+        return cls(params, lr=c.lr, weight_decay=c.weight_decay)
+
+    def build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
+        """Step decay: lr × ``gamma_lr`` at each milestone epoch (000 §5; 004 App. B)."""
+        return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, list(self.config.milestones),
+                                                    gamma=self.config.gamma_lr)
+
+    def build_loader(self, split: str, *, train: bool = False) -> Any:
+        """A ``calib.data.DeviceLoader`` over one split (training: shuffled, augmented, sharded)."""
+        from .data import DeviceLoader
+
+        c = self.config
+        x, y = getattr(self.data, f"{split}_x"), getattr(self.data, f"{split}_y")
+        world = self.world_size if train else 1
+        return DeviceLoader(
+            x, y, (c.batch_size // world) if train else c.eval_batch_size, shuffle=train,
+            augment=train and self.augment, mean=self.data.mean or None, std=self.data.std or None,
+            device=self.device, seed=c.seed, channels_last=c.channels_last and bool(self.data.image),
+            rank=self.rank if train else 0, world_size=world,
+        )
+
+    def _wrap(self, model: nn.Module) -> nn.Module:
+        net = model
+        if self.world_size > 1:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            net = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        if self.config.compile:
+            net = torch.compile(net)
+        return net
+
+    def _amp_dtype(self) -> torch.dtype | None:
+        mode = self.config.amp
+        if mode == "off":
+            return None
+        if self.device.type != "cuda":
+            if mode != "auto":
+                print(f"calib.train: amp={mode!r} ignored: autocast is used on CUDA only", file=sys.stderr)
+            return None
+        if mode == "auto":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+        return torch.bfloat16 if mode == "bf16" else torch.float16
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """Mixed precision for the forward pass on CUDA (a no-op elsewhere)."""
+        if self.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type="cuda", dtype=self.amp_dtype)
+
+    # -- hooks for subclasses --------------------------------------------------------
+
+    def extra_state(self) -> dict[str, Any]:
+        """Additional state (modules, optimisers) to keep in the checkpoint. Tensors/primitives only."""
+        return {}
+
+    def load_extra_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`extra_state` returned."""
+
+    def epoch_extras(self) -> dict[str, Any]:
+        """JSON-serialisable numbers merged into each history line."""
+        return {}
+
+    # -- one step, one epoch ---------------------------------------------------------
+
+    def train_step(self, x: Tensor, y: Tensor) -> dict[str, Tensor | float]:
+        """One optimiser step on a batch; returns the batch's loss and accuracy.
+
+        Values are 0-d tensors (floats are accepted from subclasses): :meth:`fit` averages them
+        over the epoch and converts to float once per epoch, so a GPU never waits on the host.
+        The forward pass runs under autocast; the loss is computed in float32.
+        """
+        self.net.train()
+        with self.autocast():
+            logits = self.net(x)
+        loss = self.criterion(logits.float(), y)
+        if loss.ndim:
+            loss = loss.mean()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        acc = (logits.detach().argmax(1) == y).float().mean()
+        return {"loss": loss.detach(), "acc": acc}
+
+    def _train_epoch(self, bar: Any) -> dict[str, float]:
+        # a checkpoint taken mid-epoch restores the loader's position and the partial sums
+        sums: dict[str, Any] = dict(self._resume_sums)
+        start, self._resume_step, self._resume_sums = self._resume_step, 0, {}
+        if bar is not None:
+            bar.update(start)
+        for i, (x, y) in enumerate(self.train_loader, start=start):
+            out = self.train_step(x, y)
+            n = y.shape[0]
+            sums["_n"] = sums.get("_n", 0) + n
+            for k, v in out.items():
+                sums[k] = sums.get(k, 0.0) + (v.detach() if isinstance(v, Tensor) else v) * n
+            if bar is not None:
+                bar.update(1)
+            if self._stop_signal is not None:
+                self._interrupt(step=i + 1, sums=sums)
+        return self._reduce_epoch(sums)
+
+    def _reduce_epoch(self, sums: dict[str, Any]) -> dict[str, float]:
+        keys = sorted(k for k in sums if k != "_n")
+        vec = torch.tensor([float(sums[k]) for k in keys] + [float(sums.get("_n", 0))], dtype=torch.float64)
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            vec = vec.to(self.device)
+            dist.all_reduce(vec)
+            vec = vec.cpu()
+        n = max(vec[-1].item(), 1.0)
+        return {f"train_{k}": vec[i].item() / n for i, k in enumerate(keys)}
+
+    # -- evaluation --------------------------------------------------------------------
+
+    @torch.no_grad()
+    def predict(self, split: str) -> tuple[Tensor, Tensor]:
+        """Float32 logits and labels of a whole split ("train", "val" or "test"), on CPU."""
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+        self.model.eval()
+        if split not in self._eval_loaders:
+            self._eval_loaders[split] = self.build_loader(split)
+        outs, labels = [], []
+        for x, y in self._eval_loaders[split]:
+            with self.autocast():
+                outs.append(self.model(x).float())
+            labels.append(y)
+        return torch.cat(outs).cpu(), torch.cat(labels).cpu().long()
+
+    def evaluate(self, split: str = "val") -> dict[str, float | None]:
+        """:func:`split_stats` of one split: accuracy, NLL, ECE, correct/wrong NLL and entropy."""
+        return split_stats(*self.predict(split), n_bins=self.config.n_bins)
+
+    def classifier_norm(self) -> float | None:
+        """Frobenius norm of the last linear layer's weights (004 §3, Fig. 2e); None without one."""
+        head = getattr(self.model, "classifier", None)
+        if not isinstance(head, nn.Linear):
+            return None
+        return float(head.weight.detach().norm())
+
+    # -- run directory -----------------------------------------------------------------
+
+    @property
+    def out(self) -> Path | None:
+        return Path(self.config.out) if self.config.out else None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def checkpoint_state(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Everything needed to continue exactly: weights, optimiser, scheduler, scaler, RNG, loader."""
+        return {
+            "format": CHECKPOINT_FORMAT,
+            "config": self.config.to_json(),
+            "epoch": self.epoch,
+            "step": step,
+            "sums": {k: float(v) for k, v in (sums or {}).items()},
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": _scheduler_state(self.scheduler),
+            "scaler": self.scaler.state_dict(),
+            "rng": _rng_state(),
+            "loader": self.train_loader.state_dict(),
+            "history": json.dumps(self.history),
+            "extra": self.extra_state(),
+        }
+
+    def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
+        if self.out is None:
+            return None
+        path = self.out / CHECKPOINT_FILE
+        if self.is_main:
+            atomic_save(self.checkpoint_state(step=step, sums=sums), path)
+        self._barrier()
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint` (refusing another run's)."""
+        ckpt = load_checkpoint(path)
+        try:
+            saved = TrainConfig.from_json(ckpt["config"]).identity()
+        except (ValueError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {path} holds an unreadable config: {exc}") from exc
+        mine = self.config.identity()
+        if diff := sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k)):
+            detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {mine.get(k)!r}" for k in diff[:6])
+            raise CheckpointError(f"checkpoint {path} belongs to a different run ({detail}); "
+                                  "use another out= or the same configuration")
+        try:
+            self.model.load_state_dict(ckpt["model"])
+            self.optimizer.load_state_dict(ckpt["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as exc:
+            raise CheckpointError(f"checkpoint {path} does not fit this model/optimiser: {str(exc)[:300]}") from exc
+        _load_scheduler_state(self.scheduler, ckpt["scheduler"])
+        self.scaler.load_state_dict(ckpt["scaler"])
+        self.train_loader.load_state_dict(ckpt["loader"])
+        self.load_extra_state(ckpt.get("extra", {}))
+        self.epoch, self._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
+        self._resume_sums = dict(ckpt["sums"])
+        self.history = json.loads(ckpt["history"])
+        _set_rng_state(ckpt["rng"])
+
+    def _barrier(self) -> None:
+        if self.world_size > 1:
+            import torch.distributed as dist
+
+            dist.barrier()
+
+    def _prepare_out(self, resume: bool) -> None:
+        out = self.out
+        if out is None:
+            if resume:
+                raise ValueError("resume=True needs config.out (the run directory)")
+            return
+        ckpt = out / CHECKPOINT_FILE
+        if ckpt.exists() and not resume:
+            raise FileExistsError(f"{out} already holds a checkpoint; pass resume=True (CLI: --resume) "
+                                  "to continue it, or choose another out")
+        if self.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # left by a run killed while writing
+                (out / f".{CHECKPOINT_FILE}.tmp").unlink()
+        self._barrier()
+        if resume and ckpt.exists():
+            self.load_checkpoint(ckpt)
+        if self.is_main:
+            _atomic_write_text(out / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
+            # the history file always mirrors the checkpoint (a killed run may have written past it)
+            _atomic_write_text(out / HISTORY_FILE, "".join(json.dumps(h) + "\n" for h in self.history))
+
+    def _append_history(self, line: dict[str, Any]) -> None:
+        self.history.append(line)
+        if self.out is not None and self.is_main:
+            with open(self.out / HISTORY_FILE, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
+
+    # -- signals -----------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _signals(self) -> Iterator[None]:
+        """On SIGTERM/SIGINT finish the current step, checkpoint, then raise TrainingInterrupted."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            self._stop_signal = signum
+
+        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+    def _interrupt(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> None:
+        signum, self._stop_signal = self._stop_signal, None
+        path = self.save_checkpoint(step=step, sums=sums)
+        raise TrainingInterrupted(signum or signal.SIGINT, path)
+
+    # -- the loop ----------------------------------------------------------------------
+
+    def fit(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train for ``config.epochs`` (continuing a checkpoint when ``resume``); return the metrics.
+
+        Each epoch appends to ``history`` the train loss/accuracy, the learning rate, the
+        validation accuracy/NLL/ECE (plus tracked splits), the last layer's weight norm and
+        :meth:`epoch_extras`, then writes a checkpoint. At the end the val/test logits are
+        saved and :func:`evaluate_run` writes ``metrics.json``.
+        """
+        self._prepare_out(resume)
+        prev_det = torch.are_deterministic_algorithms_enabled()
+        if self.device.type == "cpu":
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        elif self.device.type == "cuda":
+            torch.backends.cudnn.benchmark = True
+        try:
+            with self._signals():
+                self._run_epochs()
+        finally:
+            torch.use_deterministic_algorithms(prev_det)
+        self.metrics = self.finish()
+        return self.metrics
+
+    def _run_epochs(self) -> None:
+        c = self.config
+        show = _progress_enabled(c.progress) and self.is_main
+        tqdm = _tqdm_class(show)
+        ebar = tqdm(total=c.epochs, initial=self.epoch, desc=f"{c.model}/{c.loss}", unit="ep",
+                    disable=not show, dynamic_ncols=True)
+        try:
+            while self.epoch < c.epochs:
+                if self._stop_signal is not None:
+                    self._interrupt()
+                t0 = time.perf_counter()
+                lr = self.optimizer.param_groups[0]["lr"]
+                with tqdm(total=len(self.train_loader), leave=False, disable=not show, mininterval=1.0,
+                          desc=f"epoch {self.epoch + 1}", dynamic_ncols=True) as bbar:
+                    train_stats = self._train_epoch(bbar)
+                self.scheduler.step()
+                line = self._epoch_line(lr, train_stats, time.perf_counter() - t0)
+                self.epoch += 1
+                self._append_history(line)
+                self.save_checkpoint()
+                ebar.update(1)
+                ebar.set_postfix(loss=f"{line['train_loss']:.3f}", val_acc=f"{line['val_acc']:.3f}",
+                                 val_nll=f"{line['val_nll']:.3f}", val_ece=f"{line['val_ece']:.3f}")
+        finally:
+            ebar.close()
+
+    def _epoch_line(self, lr: float, train_stats: dict[str, float], seconds: float) -> dict[str, Any]:
+        line: dict[str, Any] = {"epoch": self.epoch + 1, "lr": lr, **train_stats}
+        for split in ("val", *self.config.track):
+            line.update({f"{split}_{k}": v for k, v in self.evaluate(split).items()})
+        line["classifier_norm"] = self.classifier_norm()
+        line.update(self.epoch_extras())
+        line["seconds"] = seconds
+        return line
+
+    def finish(self) -> dict[str, Any]:
+        """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics."""
+        val_logits, val_labels = self.predict("val")
+        test_logits, test_labels = self.predict("test")
+        record = {"val_logits": val_logits, "val_labels": val_labels,
+                  "test_logits": test_logits, "test_labels": test_labels}
+        if self.out is None:
+            return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method)
+        if self.is_main:
+            atomic_save(record, self.out / LOGITS_FILE)
+            metrics = evaluate_run(self.out)
+        self._barrier()
+        return metrics if self.is_main else json.loads((self.out / METRICS_FILE).read_text())
+
+
+# ----------------------------------------------------------------------------- run records
+
+
+def load_config(run_dir: str | os.PathLike) -> TrainConfig:
+    """The :class:`TrainConfig` a run directory was trained with."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
+    return TrainConfig.from_json(path.read_text())
+
+
+def load_history(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The per-epoch lines of ``history.jsonl``."""
+    path = Path(run_dir) / HISTORY_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:
+    """``{"val_logits", "val_labels", "test_logits", "test_labels"}`` of a finished run."""
+    path = Path(run_dir) / LOGITS_FILE
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: has the run in {run_dir} finished?")
+    record = torch.load(path, map_location="cpu", weights_only=True)
+    if missing := {"val_logits", "val_labels", "test_logits", "test_labels"} - set(record):
+        raise ValueError(f"{path} lacks {sorted(missing)}")
+    return record
+
+
+def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method: str = "nll") -> dict[str, Any]:
+    """Test metrics before and after temperature scaling fitted on the validation logits.
+
+    ``calib.metrics.summary`` (accuracy, NLL, Brier, ECE, AdaECE, Classwise-ECE, MCE with
+    ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)``, where T is fitted on the
+    validation split by ``calib.posthoc.TemperatureScaling(method=ts_method)`` (Guo et al.'s
+    NLL fit, or the papers' grid search on validation ECE, 000 §5 / 004 §5).
+    """
+    from . import metrics, posthoc
+
+    check_positive_int(n_bins, "n_bins")
+    ts = posthoc.TemperatureScaling(method=ts_method).fit(record["val_logits"], record["val_labels"])
+    test_logits, test_labels = record["test_logits"], record["test_labels"]
+    pre = metrics.summary(torch.softmax(test_logits.double(), 1), test_labels, n_bins=n_bins)
+    post = metrics.summary(ts.predict_proba(test_logits), test_labels, n_bins=n_bins)
+    as_float = lambda d: {k: float(v) for k, v in d.items()}  # noqa: E731
+    return {"pre_ts": as_float(pre), "post_ts": as_float(post), "temperature": float(ts.temperature),
+            "ts_method": ts_method, "n_bins": n_bins, "n_test": int(test_labels.shape[0]),
+            "n_val": int(record["val_labels"].shape[0])}
+
+
+def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None) -> dict[str, Any]:
+    """Recompute ``metrics.json`` of a run from its saved logits (no retraining) and return it.
+
+    ``n_bins`` and ``ts_method`` default to the run's config.
+    """
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"run directory {run_dir} does not exist")
+    cfg = load_config(run_dir)
+    metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method)
+    _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    return metrics
+
+
+def train(config: TrainConfig, *, resume: bool = False, data: Any | None = None) -> Trainer:
+    """Build a :class:`Trainer`, run :meth:`Trainer.fit` and return the trainer."""
+    trainer = Trainer(config, data=data)
+    trainer.fit(resume=resume)
+    return trainer

@@ -1,0 +1,146 @@
+"""calib.experiments: the 000 §4.3 toy experiment (weights vs the true calibration error)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from calib.experiments import (
+    DEFAULT_GRID,
+    PAPER_TOY_CORRELATION,
+    pearson,
+    toy_weight_correlation,
+    true_calibration_error,
+    weight_correlations,
+)
+
+
+def test_true_calibration_error_by_hand():
+    p = torch.tensor([[0.7, 0.2, 0.1], [0.2, 0.5, 0.3]])
+    eta = torch.tensor([[0.5, 0.5, 0.0], [0.2, 0.5, 0.3]])
+    l2 = true_calibration_error(p, eta)
+    assert l2[0].item() == pytest.approx(math.sqrt(0.04 + 0.09 + 0.01)) and l2[1].item() == pytest.approx(0.0)
+    assert true_calibration_error(p, eta, "sq")[0].item() == pytest.approx(0.14)
+    assert true_calibration_error(p, eta, "top")[0].item() == pytest.approx(0.2)  # |0.7 - 0.5| on class 0
+
+
+def test_true_calibration_error_validates():
+    p = torch.tensor([[0.7, 0.3]])
+    with pytest.raises(ValueError, match="error"):
+        true_calibration_error(p, p, "l3")
+    with pytest.raises(ValueError, match="eta"):
+        true_calibration_error(p, torch.tensor([[0.2, 0.3, 0.5]]))
+    with pytest.raises(ValueError, match="eta"):
+        true_calibration_error(p, torch.tensor([[0.9, 0.3]]))
+
+
+@settings(max_examples=60, deadline=None)
+@given(arrays(np.float64, st.integers(3, 40), elements=st.floats(-100, 100)),
+       arrays(np.float64, st.integers(3, 40), elements=st.floats(-100, 100)))
+def test_pearson_matches_numpy(a, b):
+    n = min(len(a), len(b))
+    a, b = a[:n], b[:n]
+    r = pearson(a, b)
+    if np.std(a) * np.std(b) < 1e-9:
+        return
+    assert r == pytest.approx(np.corrcoef(a, b)[0, 1], abs=1e-9)
+    assert -1 - 1e-12 <= r <= 1 + 1e-12
+    assert pearson(3 * a + 1, b) == pytest.approx(r, abs=1e-9)  # affine invariance
+
+
+def test_pearson_edge_cases():
+    assert math.isnan(pearson([1.0, 1.0, 1.0], [1.0, 2.0, 3.0]))
+    with pytest.raises(ValueError, match="same length"):
+        pearson([1.0, 2.0], [1.0, 2.0, 3.0])
+
+
+def test_brier_weight_is_the_error_when_eta_is_one_hot():
+    # With eta = one-hot(y), ||p - eta||^2 is exactly u_gBS(gamma=2, norm=2): r = 1 at that grid point.
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(300, 4, generator=g, dtype=torch.float64) * 2, 1)
+    y = torch.randint(0, 4, (300,), generator=g)
+    eta = torch.nn.functional.one_hot(y, 4).double()
+    table = dict((tuple(sorted(pt.items())), r) for pt, r in
+                 weight_correlations(probs, y, eta, error="sq")["gBS"])
+    assert table[(("gamma", 2.0), ("norm", 2.0))] == pytest.approx(1.0, abs=1e-12)
+    assert max(table.values()) == pytest.approx(1.0, abs=1e-12)
+    # and u_FL with gamma = 1 is 1 - p_y, which equals the top-class error when eta is one-hot and
+    # the prediction is right; overall still strongly correlated with the l2 error
+    fl = dict((pt["gamma"], r) for pt, r in weight_correlations(probs, y, eta)["FL"])
+    assert fl[1.0] > 0.9
+
+
+def test_gbs_with_norm_one_is_a_rescaled_focal_weight():
+    g = torch.Generator().manual_seed(1)
+    probs = torch.softmax(torch.randn(200, 5, generator=g, dtype=torch.float64), 1)
+    y = torch.randint(0, 5, (200,), generator=g)
+    eta = torch.softmax(torch.randn(200, 5, generator=g, dtype=torch.float64), 1)
+    res = weight_correlations(probs, y, eta)
+    fl = {pt["gamma"]: r for pt, r in res["FL"]}
+    for pt, r in res["gBS"]:
+        if pt["norm"] == 1.0:
+            assert r == pytest.approx(fl[pt["gamma"]], abs=1e-12)
+
+
+def test_weight_correlations_validates():
+    p = torch.tensor([[0.6, 0.4], [0.3, 0.7]])
+    y = torch.tensor([0, 1])
+    with pytest.raises(ValueError, match="grid"):
+        weight_correlations(p, y, p, grid={"XYZ": {"gamma": (1.0,)}})
+    with pytest.raises(ValueError, match="grid"):
+        weight_correlations(p, y, p, grid={"FL": {"gamma": (0.0,)}})
+    with pytest.raises(ValueError, match="grid"):
+        weight_correlations(p, y, p, grid={"gBS": {"gamma": (1.0,)}})
+    with pytest.raises(ValueError, match="labels"):
+        weight_correlations(p, torch.tensor([0, 2]), p)
+
+
+SMALL_GRID = {"FL": {"gamma": (1.0, 3.0)}, "DFL": {"gamma": (1.0, 3.0)}, "gBS": {"gamma": (1.0, 2.0), "norm": (1.0, 2.0)}}
+
+
+@pytest.fixture(scope="module")
+def small_result():
+    return toy_weight_correlation(seeds=(0, 1), epochs=2, n_train_per_class=2000, n_test_per_class=200, hidden=16,
+                                  grid=SMALL_GRID, device="cpu")
+
+
+def test_toy_correlation_structure(small_result):
+    assert set(small_result) == set(PAPER_TOY_CORRELATION) == set(DEFAULT_GRID)
+    for name, res in small_result.items():
+        assert len(res["r_per_seed"]) == 2
+        assert all(-1 <= r <= 1 for r in res["r_per_seed"])
+        assert res["r_mean"] == pytest.approx(np.mean(res["r_per_seed"]))
+        assert res["r_std"] == pytest.approx(np.std(res["r_per_seed"], ddof=1))
+        assert res["best_params"] in [pt for pt, _ in res["grid"]]
+        assert res["r_mean"] == pytest.approx(max(m for _, m in res["grid"]))  # the best grid point
+        assert len(res["grid"]) == int(np.prod([len(v) for v in SMALL_GRID[name].values()]))
+        assert all(a > 0.8 for a in res["accuracy"])  # the small net learned the mixture
+
+
+def test_toy_correlation_weights_track_the_error(small_result):
+    # every weight is positively correlated with the true calibration error (000 §4.3's premise)
+    assert all(res["r_mean"] > 0.2 for res in small_result.values())
+    # with norm 1 over all classes, sum_k |p_k - y_k| = 2 (1 - p_y): u_gBS = 2^gamma u_FL, the same r,
+    # so the grid search over gBS can never do worse than FL's grid (shared gammas)
+    assert small_result["gBS"]["r_mean"] >= small_result["FL"]["r_mean"] - 1e-12
+
+
+def test_toy_correlation_is_reproducible():
+    kw = dict(seeds=(4,), epochs=1, n_train_per_class=200, n_test_per_class=50, hidden=8, grid=SMALL_GRID, device="cpu")
+    assert toy_weight_correlation(**kw) == toy_weight_correlation(**kw)
+
+
+def test_toy_correlation_validates():
+    with pytest.raises(ValueError, match="seeds"):
+        toy_weight_correlation(seeds=())
+    with pytest.raises(ValueError, match="epochs"):
+        toy_weight_correlation(seeds=(0,), epochs=0)
+    with pytest.raises(ValueError, match="error"):
+        toy_weight_correlation(seeds=(0,), error="l1")
+    with pytest.raises(ValueError, match="n_test_per_class"):
+        toy_weight_correlation(seeds=(0,), n_test_per_class=1)
