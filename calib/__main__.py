@@ -97,6 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="meta-regularisation: gamma_net learns a focal gamma per sample (paper 001)")
     g.add_argument("--meta-objective", choices=("sece", "dece"), default="sece",
                    help="calibration objective of the gamma-Net meta step")
+    g.add_argument("--meta-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
+                   help="gamma-Net setting (meta_lr, bandwidth, order, tau, init_gamma), e.g. meta_lr=1e-4 (repeatable)")
 
     s = t.add_argument_group("schedule (defaults: the preset scaled to --profile)")
     s.add_argument("--profile", choices=_profile.PROFILES, default=None,
@@ -153,6 +155,7 @@ def config_from_args(args: argparse.Namespace) -> Any:
         channels_last=args.channels_last, compile=args.compile, device=args.device, out=args.out,
         n_bins=args.n_bins, ts_method=args.ts_method, track=tuple(dict.fromkeys(args.track)),
         progress=False if args.no_progress else None, meta=args.meta, meta_objective=args.meta_objective,
+        meta_kwargs=dict(args.meta_arg),
     )
     for name in ("epochs", "milestones", "gamma_lr", "batch_size", "lr", "momentum", "weight_decay",
                  "optimizer", "val_size"):

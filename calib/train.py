@@ -150,8 +150,9 @@ class TrainConfig:
     crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
     where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
-    epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``/``meta_objective`` are read
-    by ``calib.meta.MetaTrainer``.
+    epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``, ``meta_objective`` and
+    ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
+    ``calib.meta.MetaTrainer``.
     """
 
     data: str = "digits"
@@ -188,12 +189,14 @@ class TrainConfig:
     progress: bool | None = None
     meta: str = "none"
     meta_objective: str = "sece"
+    meta_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.milestones = tuple(int(m) for m in self.milestones)
         self.track = tuple(self.track)
         self.loss_kwargs = dict(self.loss_kwargs)
         self.model_kwargs = dict(self.model_kwargs)
+        self.meta_kwargs = dict(self.meta_kwargs)
         self.validate()
 
     def validate(self) -> None:
@@ -225,7 +228,7 @@ class TrainConfig:
         for name in ("data", "model", "loss"):
             if not isinstance(getattr(self, name), str) or not getattr(self, name):
                 raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
-        for name in ("loss_kwargs", "model_kwargs"):
+        for name in ("loss_kwargs", "model_kwargs", "meta_kwargs"):
             try:
                 json.dumps(getattr(self, name))
             except TypeError as exc:

@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 TRAIN_OPTIONS = ["--data", "--data-root", "--download", "--val-size", "--split-seed", "--model", "--model-arg",
                  "--loss", "--gamma", "--norm", "--epsilon", "--alpha", "--lam", "--loss-arg", "--meta",
-                 "--meta-objective", "--profile", "--preset", "--epochs", "--milestones", "--gamma-lr",
+                 "--meta-objective", "--meta-arg", "--profile", "--preset", "--epochs", "--milestones", "--gamma-lr",
                  "--batch-size", "--lr", "--momentum", "--weight-decay", "--optimizer", "--seed", "--augment",
                  "--out", "--resume", "--amp", "--compile", "--channels-last", "--device", "--n-bins",
                  "--ts-method", "--track", "--no-progress"]

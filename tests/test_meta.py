@@ -1,6 +1,7 @@
 """Tests for calib.meta: gamma-Net (001 Eq. 3-4), the look-ahead hypergradient, meta-training."""
 from __future__ import annotations
 
+import json
 import copy
 import math
 
@@ -447,14 +448,15 @@ def test_cli_trains_with_gamma_net_on_tiny_data(tmp_path, capsys) -> None:
 
     out = tmp_path / "cli"
     rc = main(["train", "--data", "digits", "--model", "mlp", "--model-arg", "hidden=16", "--meta", "gamma_net",
-               "--meta-objective", "sece", "--epochs", "2", "--batch-size", "64", "--lr", "0.05",
-               "--out", str(out), "--no-progress", "--profile", "quick"])
+               "--meta-objective", "sece", "--meta-arg", "meta_lr=0.002", "--epochs", "2", "--batch-size", "64",
+               "--lr", "0.05", "--out", str(out), "--no-progress", "--profile", "quick"])
     assert rc == 0
+    assert json.loads((out / "config.json").read_text())["meta_kwargs"] == {"meta_lr": 0.002}
     hist = load_history(out)
     assert len(hist) == 2 and "test_gamma_std" in hist[-1]
     assert "test accuracy" in capsys.readouterr().out
     # and the same command with --resume on a finished run leaves it as it is
     assert main(["train", "--data", "digits", "--model", "mlp", "--model-arg", "hidden=16", "--meta",
-                 "gamma_net", "--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--out", str(out),
+                 "gamma_net", "--meta-arg", "meta_lr=0.002", "--epochs", "2", "--batch-size", "64", "--lr", "0.05", "--out", str(out),
                  "--no-progress", "--profile", "quick", "--resume"]) == 0
     assert len(load_history(out)) == 2
