@@ -69,6 +69,7 @@ __all__ = [
     "gra_label_weights",
     "gra_fixed_point",
     "fit_constant_logits",
+    "fit_linear_logits",
     "simplex_slice",
     # 002 Theorem 1, 003 Eq. (1)
     "temperature_sharpening_proof",
@@ -714,7 +715,7 @@ def gra_weight(name: str, **kwargs: float) -> WeightFn:
     if key == "ce":
         if kwargs:
             raise ValueError(f"the 'ce' weight takes no parameters, got {sorted(kwargs)}")
-        return lambda probs, targets: torch.ones(probs.shape[0], dtype=probs.dtype)
+        return lambda probs, targets: torch.ones(probs.shape[0], dtype=probs.dtype, device=probs.device)
     from . import uncertainty  # lazy: theory does not need the losses package to import
 
     table = {"fl": uncertainty.u_fl, "dfl": uncertainty.u_dfl, "gbs": uncertainty.u_gbs}
@@ -831,6 +832,53 @@ def fit_constant_logits(
         loss_fn(z.unsqueeze(0).expand(y.shape[0], K), y).backward()
         opt.step()
     return torch.softmax(z.detach(), 0)
+
+
+def fit_linear_logits(
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    x: ArrayLike,
+    targets: ArrayLike,
+    num_classes: int,
+    *,
+    steps: int = 500,
+    lr: float = 0.5,
+    momentum: float = 0.9,
+) -> torch.nn.Linear:
+    """Train a linear model ``z = W x + b`` (zero start) on ``(x, targets)``; return it (float64).
+
+    The fixed point on data whose posterior is known (000 §4.3 toy data): for a mixture of
+    two Gaussians with a shared isotropic covariance, the true log-odds
+    ``log(eta_1/eta_2)`` are linear in ``x``, and so is the binary GRA fixed point
+    ``log(q_1/q_2) = log(eta_1/eta_2) / (1 + gamma)`` (:func:`binary_gra_fixed_point_derivation`).
+    A linear model can therefore reach the fixed point at every input at once, and
+    full-batch SGD with momentum on ``loss_fn(W x + b, targets)`` (mean reduction) shows
+    which one training reaches. Float64 on the CPU; ``K (dim + 1)`` parameters.
+    """
+    K = check_positive_int(num_classes, "num_classes", minimum=2)
+    xt = as_tensor(x, "x").detach().cpu()
+    if not xt.is_floating_point():
+        raise TypeError(f"x must be floating point, got dtype {xt.dtype}")
+    if xt.ndim != 2 or xt.shape[0] == 0:
+        raise ValueError(f"x must have shape (N, dim) with N >= 1, got shape {tuple(xt.shape)}")
+    xt = xt.to(torch.float64)
+    if not bool(torch.isfinite(xt).all()):
+        raise ValueError("x contains NaN or inf values")
+    y = check_labels(as_tensor(targets, "targets").cpu(), xt.shape[0], K, "targets")
+    n_steps = check_positive_int(steps, "steps")
+    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
+    mom = check_nonnegative(momentum, "momentum")
+    if mom >= 1:
+        raise ValueError(f"momentum must be < 1, got {mom}")
+    model = torch.nn.Linear(xt.shape[1], K, dtype=torch.float64)
+    torch.nn.init.zeros_(model.weight)
+    torch.nn.init.zeros_(model.bias)
+    opt = torch.optim.SGD(model.parameters(), lr=float(lr), momentum=mom)
+    for _ in range(n_steps):
+        opt.zero_grad()
+        loss_fn(model(xt), y).backward()
+        opt.step()
+    return model.requires_grad_(False)
 
 
 def simplex_slice(resolution: int, *, fixed: float = 0.1, num_classes: int = 4) -> tuple[torch.Tensor, np.ndarray]:

@@ -99,8 +99,12 @@ def _check_probs(probs: ArrayLike, targets: ArrayLike) -> tuple[Tensor, Tensor]:
 
 
 def _as_exponent(gamma: Gamma, like: Tensor) -> Gamma:
-    """A tensor gamma on the dtype of ``like`` (a float stays a float)."""
-    return gamma.to(like.dtype) if isinstance(gamma, Tensor) else gamma
+    """A tensor gamma on the dtype and device of ``like`` (a float stays a float).
+
+    A per-sample gamma from a network (gamma-Net) may sit on another device than the
+    logits; ``.to`` keeps its autograd graph.
+    """
+    return gamma.to(device=like.device, dtype=like.dtype) if isinstance(gamma, Tensor) else gamma
 
 
 def _times(gamma: Gamma, log_x: Tensor) -> Tensor:
@@ -230,6 +234,11 @@ def u_gbs(
     probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, support: str = "all"
 ) -> Tensor:
     """Generalised Brier score ``u_gBS = ‖p̂ − y‖_β^γ = (Σ_k |p̂_k − y_k|^β)^(γ/β)`` (000 Eq. 11).
+
+    000 prints Eq. 11 as ``Σ_i ‖p̂_i − y_i‖_β^γ``; read coordinate by coordinate that is
+    ``Σ_i |p̂_i − y_i|^γ``, in which β plays no role. We follow DESIGN.md §5 (and its parity
+    numbers): the β-norm of the whole vector ``p̂ − y``, raised to γ. The two readings agree
+    for β = γ = 2 (the Brier score), the case 000's analysis (Eq. 12) rests on.
 
     Args:
         probs: ``(N, K)`` probabilities.

@@ -85,6 +85,22 @@ def test_focal_bound_chain_random_distributions(k, one_hot):
         torch.testing.assert_close(c["entropy"], c["kl_form"], rtol=1e-10, atol=1e-10)
 
 
+def test_focal_bound_lines_are_the_stated_formulas():
+    """Each line is its own formula, not just some value in between (the Hoelder line has
+    max_j q_j; for a soft target it lies strictly above the entropy line)."""
+    rng = np.random.default_rng(7)
+    q, p = _random_simplex(rng, 50, 6, 1.0), _random_simplex(rng, 50, 6, 1.0)
+    gamma = 2.5
+    c = theory.focal_bound_chain(q, p, gamma)
+    ce = -(q * p.log()).sum(1)
+    h_p = -(p * p.log()).sum(1)
+    torch.testing.assert_close(c["cross_entropy"], ce)
+    torch.testing.assert_close(c["bernoulli"], ce - gamma * (q * (p * p.log()).abs()).sum(1))
+    torch.testing.assert_close(c["holder"], ce - gamma * q.max(1).values * h_p)
+    torch.testing.assert_close(c["entropy"], ce - gamma * h_p)
+    assert bool((c["holder"] > c["entropy"] + 1e-6).all())  # max_j q_j < 1 for a soft target
+
+
 @FAST
 @given(seed=st.integers(0, 10_000), k=st.integers(2, 12), gamma=st.floats(1, 20))
 def test_focal_bound_property(seed, k, gamma):
@@ -417,6 +433,40 @@ def test_free_logits_settle_at_the_fixed_point():
         assert float(fit.max()) < float(eta_hat.max()) - 0.05
 
 
+def test_linear_model_on_toy_data_settles_at_the_fixed_point_not_at_eta():
+    """DESIGN.md §6.4 on the 000 §4.3 toy data, where eta(x) is known.
+
+    Two Gaussians with a shared covariance: log(eta_1/eta_2) is linear in x, and so is the
+    binary GRA fixed point log(q_1/q_2) = log(eta_1/eta_2)/(1 + gamma). A linear model
+    trained with CE recovers eta; trained with BSCE-GRA it lands on the fixed point.
+    """
+    from calib.data.toy import gaussian_mixture
+
+    data = gaussian_mixture(1000, means=[[-1.0, 0.0], [1.0, 0.0]], scale=1.0, seed=0)
+    log_eta = data.log_eta()
+    true_log_odds = log_eta[:, 0] - log_eta[:, 1]
+    for gamma, loss in (
+        (0.0, losses.cross_entropy),
+        (2.0, functools.partial(losses.bsce_gra_loss, gamma=2.0, norm=2.0)),
+        (4.0, functools.partial(losses.bsce_gra_loss, gamma=4.0, norm=2.0)),
+    ):
+        model = theory.fit_linear_logits(loss, data.x, data.y, 2, steps=500)
+        z = model(data.x.double())
+        log_odds = z[:, 0] - z[:, 1]
+        slope = float((log_odds * true_log_odds).sum() / true_log_odds.square().sum())
+        assert slope == pytest.approx(1 / (1 + gamma), abs=0.02)  # temperature 1 + gamma on the log-odds
+        fixed_point = torch.sigmoid(true_log_odds / (1 + gamma))
+        assert float((torch.sigmoid(log_odds) - fixed_point).abs().max()) < 0.06
+        # spot-check the closed form against the general solver at a few inputs
+        for i in (0, 1, 2):
+            q = theory.gra_fixed_point(data.eta[i], "ce" if gamma == 0 else "gbs",
+                                       **({} if gamma == 0 else {"gamma": gamma, "norm": 2.0}))
+            assert float(q[0]) == pytest.approx(float(fixed_point[i]), abs=1e-8)
+        if gamma > 0:  # under-confident: the mean distance to eta is large, the confidence lower
+            assert float((torch.sigmoid(log_odds) - data.eta[:, 0]).abs().mean()) > 0.1
+            assert float(torch.sigmoid(log_odds.abs()).mean()) < float(data.eta.max(1).values.mean()) - 0.05
+
+
 # =========================================================================== 002 Thm 1, 003 Eq. 1
 
 
@@ -487,6 +537,9 @@ def test_label_smoothing_identity_matches_the_implemented_loss():
         (lambda: theory.gradient_ratio(losses.cross_entropy, losses.cross_entropy, [[float("nan"), 1.0]], [0]), "NaN"),
         (lambda: theory.fit_constant_logits(losses.cross_entropy, [0, 1], 2, lr=-1.0), "lr must be"),
         (lambda: theory.fit_constant_logits(losses.cross_entropy, [], 2), "targets must be a non-empty"),
+        (lambda: theory.fit_linear_logits(losses.cross_entropy, torch.zeros(3, 2), [0, 1, 2], 2), "targets must lie"),
+        (lambda: theory.fit_linear_logits(losses.cross_entropy, torch.zeros(3), [0, 1, 0], 2), "x must have shape"),
+        (lambda: theory.fit_linear_logits(losses.cross_entropy, torch.zeros(3, 2), [0, 1, 0], 2, momentum=1.0), "momentum"),
         (lambda: theory.simplex_slice(10, fixed=1.0), "fixed must be < 1"),
         (lambda: theory.gra_label_weights("ce", [[0.5, 0.5], [0.5, 0.5]]), "single distribution"),
         (lambda: theory.top_probability([[1.0, 2.0]], 0.0), "t must be finite and > 0"),
@@ -507,6 +560,7 @@ def test_bad_input_raises_value_error(call, match):
         (lambda: theory.gra_weight(1), "name must be a str"),
         (lambda: theory.gradient_ratio(losses.cross_entropy, losses.cross_entropy, [[0.0, 1.0]], [0.5]), "integer"),
         (lambda: theory.brier_identity(2.0), "num_classes must be an int"),
+        (lambda: theory.fit_linear_logits(losses.cross_entropy, torch.zeros(3, 2, dtype=torch.long), [0, 1, 0], 2), "x must be floating"),
     ],
 )
 def test_bad_types_raise_type_error(call, match):

@@ -124,6 +124,15 @@ def test_tensor_gamma_gets_a_gradient():
     assert gamma.grad is not None and bool((gamma.grad != 0).all())
 
 
+def test_tensor_gamma_follows_the_dtype_of_the_probabilities():
+    p, lp, y = _random(n=6, seed=6)
+    as_float = U.u_gbs(p, y, 3.0, 2.0)
+    for gamma in (torch.tensor(3.0), torch.full((6,), 3.0, dtype=torch.float32)):
+        got = U.u_gbs(p, y, gamma, 2.0)
+        assert got.dtype == torch.float64 and torch.allclose(got, as_float)
+        assert torch.allclose(U.log_u_fl(lp, y, gamma).exp(), U.u_fl(p, y, 3.0))
+
+
 # ----------------------------------------------------------------- properties
 probs_rows = st.lists(st.floats(-6, 6), min_size=3, max_size=3)
 
