@@ -56,9 +56,9 @@ def alternating(fns: dict[str, Callable[[], None]], rounds: int, warmup: int = 2
     return samples
 
 
-def loss_pair_at(device: torch.device, rounds: int, n: int, k: int) -> dict[str, float]:
-    """Median forward+backward time of CE and BSCE-GRA alone on (n, k) logits, alternating."""
-    gen = torch.Generator().manual_seed(1)
+def loss_runner(device: torch.device, n: int, k: int, seed: int) -> Callable[[nn.Module], Callable[[], None]]:
+    """``runner(criterion)`` -> a closure doing forward+backward of ``criterion`` on fixed (n, k) logits."""
+    gen = torch.Generator().manual_seed(seed)
     logits = (torch.randn(n, k, generator=gen) * 3).to(device).requires_grad_(True)
     targets = torch.randint(0, k, (n,), generator=gen).to(device)
 
@@ -69,6 +69,12 @@ def loss_pair_at(device: torch.device, rounds: int, n: int, k: int) -> dict[str,
 
         return step
 
+    return runner
+
+
+def loss_pair_at(device: torch.device, rounds: int, n: int, k: int) -> dict[str, float]:
+    """Median forward+backward time of CE and BSCE-GRA alone on (n, k) logits, alternating."""
+    runner = loss_runner(device, n, k, seed=1)
     fns = {"ce": runner(losses.make("ce")), "bsce_gra": runner(losses.make("bsce_gra"))}
     return {name: statistics.median(ts) for name, ts in alternating(fns, rounds, warmup=5).items()}
 
@@ -78,17 +84,7 @@ def loss_only(device: torch.device, rounds: int, n: int = 4096, k: int = 100) ->
 
     Returns ``{name: (median seconds, ratio of medians to CE in the same rounds)}``.
     """
-    gen = torch.Generator().manual_seed(0)
-    logits = (torch.randn(n, k, generator=gen) * 3).to(device).requires_grad_(True)
-    targets = torch.randint(0, k, (n,), generator=gen).to(device)
-
-    def runner(criterion: nn.Module) -> Callable[[], None]:
-        def step() -> None:
-            logits.grad = None
-            criterion(logits, targets).backward()
-
-        return step
-
+    runner = loss_runner(device, n, k, seed=0)
     ce = runner(losses.make("ce"))
     out = {}
     for name in losses.names():

@@ -41,14 +41,19 @@ def check_matrix(x: ArrayLike, name: str) -> torch.Tensor:
     t = as_tensor(x, name)
     if not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
+    _check_nk_shape(t, name)
+    check_finite(t, name)
+    return t
+
+
+def _check_nk_shape(t: torch.Tensor, name: str) -> None:
+    """``(N, K)`` with N >= 1 and K >= 2."""
     if t.ndim != 2:
         raise ValueError(f"{name} must have shape (N, K), got shape {tuple(t.shape)}")
     if t.shape[0] == 0:
         raise ValueError(f"{name} is empty (N = 0)")
     if t.shape[1] < 2:
         raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {t.shape[1]}")
-    check_finite(t, name)
-    return t
 
 
 def check_probs(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-3) -> torch.Tensor:
@@ -130,12 +135,7 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-
         p = p.to(torch.get_default_dtype())
     elif p.dtype in (torch.float16, torch.bfloat16):
         p = p.float()
-    if p.ndim != 2:
-        raise ValueError(f"{name} must have shape (N, K), got shape {tuple(p.shape)}")
-    if p.shape[0] == 0:
-        raise ValueError(f"{name} is empty (N = 0)")
-    if p.shape[1] < 2:
-        raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {p.shape[1]}")
+    _check_nk_shape(p, name)
     d = p.detach()
     # Row sums: a matrix-vector product is ~2x faster than sum(dim=1) for narrow rows.
     rows = torch.mv(d, torch.ones(d.shape[1], dtype=d.dtype, device=d.device)) if d.shape[1] < 32 else d.sum(dim=1)
@@ -154,3 +154,11 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-
             "pass softmax(logits), not logits or unnormalised scores"
         )
     return p
+
+
+def check_positive(value: Any, name: str) -> float:
+    """A finite number > 0."""
+    v = check_nonnegative(value, name)
+    if v == 0:
+        raise ValueError(f"{name} must be > 0, got {value}")
+    return v

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import uncertainty as _u
-from ._checks import ArrayLike, check_labels, check_logits, check_nonnegative, check_positive_int
+from ._checks import ArrayLike, check_labels, check_logits, check_nonnegative, check_positive, check_positive_int
 from .uncertainty import Gamma, check_gamma
 
 __all__ = [
@@ -74,13 +74,6 @@ def _check_unit(value: float, name: str) -> float:
     value = check_nonnegative(value, name)
     if value > 1:
         raise ValueError(f"{name} must lie in [0, 1], got {value}")
-    return value
-
-
-def _check_positive(value: float, name: str) -> float:
-    value = check_nonnegative(value, name)
-    if value == 0:
-        raise ValueError(f"{name} must be > 0, got 0")
     return value
 
 
@@ -248,7 +241,7 @@ def mmce(logits: ArrayLike, targets: ArrayLike, width: float = 0.4, weighted: bo
     rescales the three terms differently; this is the paper's definition.)
     """
     x, y = _prepare(logits, targets, "mean")
-    return _mmce_value(x, y, _check_positive(width, "width"), bool(weighted))
+    return _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
 
 
 @_full_precision
@@ -266,7 +259,7 @@ def mmce_loss(
     """
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
-    penalty = _mmce_value(x, y, _check_positive(width, "width"), bool(weighted))
+    penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
     return _reduce(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
 
 
@@ -442,8 +435,8 @@ def _dece_value(x: Tensor, y: Tensor, n_bins: int, bin_temperature: float, acc_t
 def _check_dece(n_bins: int, bin_temperature: float, acc_temperature: float) -> tuple[int, float, float]:
     return (
         check_positive_int(n_bins, "n_bins"),
-        _check_positive(bin_temperature, "bin_temperature"),
-        _check_positive(acc_temperature, "acc_temperature"),
+        check_positive(bin_temperature, "bin_temperature"),
+        check_positive(acc_temperature, "acc_temperature"),
     )
 
 
@@ -522,7 +515,7 @@ def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, re
     :func:`calib.metrics.sece_loss`; this wrapper feeds it logits and applies ``reduction``.
     """
     x, y = _prepare(logits, targets, reduction)
-    value = _sece_value(x, y, _check_positive(bandwidth, "bandwidth"))
+    value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
     return _reduce_batch(value, x.shape[0], reduction)
 
 
@@ -533,7 +526,7 @@ def ce_sece_loss(
     """``L = CE + λ·SECE`` (SECE as a penalty; 001 Table 1 "CE-SECE")."""
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
-    value = _sece_value(x, y, _check_positive(bandwidth, "bandwidth"))
+    value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
     return _reduce(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)
 
 
@@ -631,7 +624,7 @@ class MMCELoss(_LossModule):
         self, lam: float = 2.0, width: float = 0.4, weighted: bool = True, reduction: Reduction = "mean"
     ) -> None:
         super().__init__(
-            reduction, lam=check_nonnegative(lam, "lam"), width=_check_positive(width, "width"), weighted=bool(weighted)
+            reduction, lam=check_nonnegative(lam, "lam"), width=check_positive(width, "width"), weighted=bool(weighted)
         )
 
 
@@ -783,7 +776,7 @@ class SECELoss(_LossModule):
     _fn = staticmethod(sece_loss)
 
     def __init__(self, bandwidth: float = 0.01, reduction: Reduction = "mean") -> None:
-        super().__init__(reduction, bandwidth=_check_positive(bandwidth, "bandwidth"))
+        super().__init__(reduction, bandwidth=check_positive(bandwidth, "bandwidth"))
 
 
 class CESECELoss(_LossModule):
@@ -792,7 +785,7 @@ class CESECELoss(_LossModule):
     _fn = staticmethod(ce_sece_loss)
 
     def __init__(self, lam: float = 1.0, bandwidth: float = 0.01, reduction: Reduction = "mean") -> None:
-        lam, bandwidth = check_nonnegative(lam, "lam"), _check_positive(bandwidth, "bandwidth")
+        lam, bandwidth = check_nonnegative(lam, "lam"), check_positive(bandwidth, "bandwidth")
         super().__init__(reduction, lam=lam, bandwidth=bandwidth)
 
 
