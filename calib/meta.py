@@ -64,7 +64,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ._checks import as_tensor, check_labels, check_nonnegative, check_positive_int
+from ._checks import as_tensor, check_labels, check_nonnegative, check_positive, check_positive_int
 from .train import CheckpointError, TrainConfig, Trainer
 
 if TYPE_CHECKING:
@@ -495,6 +495,11 @@ class MetaTrainer(Trainer):
                 f"config.loss is {config.loss!r}, but gamma-Net meta-training trains the backbone with focal "
                 "loss and the learned gamma; use loss='focal' (or leave the default 'ce')"
             )
+        if config.loss_kwargs:
+            raise ValueError(
+                f"config.loss_kwargs {config.loss_kwargs} would be ignored: gamma-Net meta-training learns the "
+                "focal gamma per sample; drop them (CLI: no --gamma/--loss-arg with --meta gamma_net)"
+            )
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError("MetaTrainer runs in one process; multi-process (torchrun) meta-training is not supported")
         self.meta_settings = _meta_settings(
@@ -604,16 +609,9 @@ def _meta_settings(from_config: dict[str, Any], explicit: dict[str, Any]) -> dic
     s = {**META_DEFAULTS, **from_config, **{k: v for k, v in explicit.items() if v is not None}}
     _check_order(s["order"])
     for name in ("meta_lr", "bandwidth", "tau"):
-        s[name] = _positive(s[name], name)
+        s[name] = check_positive(s[name], name)
     s["init_gamma"] = check_nonnegative(s["init_gamma"], "init_gamma")
     return s
-
-
-def _positive(value: float, name: str) -> float:
-    v = check_nonnegative(value, name)
-    if v == 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return v
 
 
 def _carve_meta_split(data: Splits, seed: int) -> Splits:

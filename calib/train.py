@@ -28,7 +28,10 @@ DistributedDataParallel (NCCL on CUDA, gloo on CPU). Every rank walks the same s
 permutation of the training set and takes its own slice of each global batch
 (``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and a run on
 W processes follows the same trajectory as one process (up to float reduction order; the
-tests check 1e-5). Evaluation runs on every rank over the whole split; rank 0 writes the
+tests check 1e-5 on CPU with a model without BatchNorm). On CUDA, BatchNorm layers become
+``SyncBatchNorm`` so their statistics, too, are those of the global batch; on CPU (gloo)
+PyTorch has no SyncBatchNorm, so BatchNorm there uses each rank's share of the batch and the
+trajectory differs from one process. Evaluation runs on every rank over the whole split; rank 0 writes the
 files. A SIGTERM/SIGINT checkpoint under DDP assumes every rank receives the signal (torchrun
 forwards it); a signal that reaches only some ranks is not coordinated.
 """
@@ -107,6 +110,7 @@ PRESET_EPOCHS: dict[str, dict[str, int]] = {
 DEFAULT_PRESET = {"cifar10": "cifar", "cifar100": "cifar", "svhn": "cifar", "tiny_imagenet": "tiny_imagenet"}
 # random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
+_TOY_DATA = ("digits", "gaussian")  # offline data of calib.data.toy: fixed splits, no val_size
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
@@ -250,6 +254,8 @@ class TrainConfig:
         epochs = overrides.pop("epochs", _profile.pick(**PRESET_EPOCHS[preset], profile=prof))
         base.update(epochs=epochs, milestones=scaled_milestones(paper_ms, paper_epochs, epochs))
         base.update(preset=preset, profile=prof)
+        if overrides.get("data") in _TOY_DATA:
+            base["val_size"] = None  # the toy datasets come with their own fixed split
         base.update(overrides)
         return cls(**base)
 
@@ -470,6 +476,9 @@ class Trainer:
         self.augment = bool(self.data.image) and (config.augment if config.augment is not None
                                                   else config.data in AUGMENTED)
         self.model = self.build_model().to(self.device)
+        if self.world_size > 1 and self.device.type == "cuda":
+            # batch statistics over the global batch, as in one process (SyncBatchNorm is CUDA-only)
+            self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = self._wrap(self.model)
@@ -491,7 +500,17 @@ class Trainer:
 
     def _pick_device(self) -> torch.device:
         if self.config.device:
-            dev = torch.device(self.config.device)
+            try:
+                dev = torch.device(self.config.device)
+            except (RuntimeError, TypeError) as exc:
+                raise ValueError(f"device {self.config.device!r} is not a device name such as 'cpu', 'cuda' "
+                                 f"or 'cuda:1' ({exc})") from None
+            if dev.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"device {self.config.device!r} asks for CUDA, but no CUDA device is available "
+                                 "here; leave device unset (CLI: no --device) to use the CPU")
+            if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+                raise ValueError(f"device {self.config.device!r}: only {torch.cuda.device_count()} CUDA device(s) "
+                                 "are visible")
         else:
             dev = _profile.device()
         if dev.type == "cuda" and self.world_size > 1:
@@ -528,6 +547,10 @@ class Trainer:
 
         kw = dict(self.config.model_kwargs)
         shape = tuple(self.data.train_x.shape[1:])
+        if self.config.model != "mlp" and len(shape) != 3:
+            raise ValueError(f"model {self.config.model!r} is a convolutional network and needs images (N, C, H, W), "
+                             f"but data {self.config.data!r} holds feature vectors of shape {shape}; "
+                             "use model='mlp' (CLI: --model mlp)")
         if self.config.model == "mlp" and "in_features" not in kw:
             kw["in_features"] = int(np.prod(shape))
         elif self.config.model != "mlp" and len(shape) == 3 and "in_channels" not in kw:
@@ -907,7 +930,13 @@ def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:
     path = Path(run_dir) / LOGITS_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: has the run in {run_dir} finished?")
-    record = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        record = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
+        raise ValueError(f"{path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
+                         "rerun the training with --resume to write it again") from exc
+    if not isinstance(record, dict):
+        raise ValueError(f"{path} does not hold a dict of logits and labels")
     if missing := {"val_logits", "val_labels", "test_logits", "test_labels"} - set(record):
         raise ValueError(f"{path} lacks {sorted(missing)}")
     return record

@@ -81,12 +81,23 @@ def test_parse_errors_exit_2(argv, word, capsys):
         (["--gamma-lr", "3"], "gamma_lr"),
         (["--milestones", "5,2"], "milestones"),
         (["--loss", "focal", "--loss-arg", "delta=1"], "delta"),
+        (["--device", "gpu"], "device 'gpu'"),
+        (["--val-size", "100"], "val_size does not apply"),
+        (["--data", "gaussian", "--model", "small_cnn"], "needs images"),
+        (["--meta", "gamma_net", "--meta-arg", "bogus=1"], "unknown meta settings"),
+        (["--meta", "gamma_net", "--loss", "flsd53"], "focal"),
     ],
 )
 def test_semantic_errors_exit_2(tmp_path, extra, word, capsys):
     code, err = exit_code(tiny_args(tmp_path / "r", *extra), capsys)
     assert code == 2 and word in err, err
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_device_without_cuda_exits_2(tmp_path, capsys):
+    code, err = exit_code(tiny_args(tmp_path / "r", "--device", "cuda"), capsys)
+    assert code == 2 and "no CUDA device" in err
 
 
 def test_meta_without_metatrainer_exits_2(tmp_path, capsys, monkeypatch):
@@ -129,6 +140,15 @@ def test_existing_run_without_resume_exits_2(tmp_path, capsys):
     code, err = exit_code(tiny_args(out), capsys)
     assert code == 2 and "--resume" in err
     assert main(tiny_args(out, "--resume")) == 0
+
+
+def test_evaluate_corrupt_logits_exits_2(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(tiny_args(out)) == 0
+    capsys.readouterr()
+    (out / "logits.pt").write_bytes((out / "logits.pt").read_bytes()[:200])
+    code, err = exit_code(["evaluate", str(out)], capsys)
+    assert code == 2 and "corrupt" in err
 
 
 def test_evaluate_missing_run_exits_2(tmp_path, capsys):

@@ -429,6 +429,7 @@ def test_meta_trainer_refuses_a_checkpoint_with_other_meta_settings(tmp_path) ->
         (dict(meta="none"), {}, ValueError, "meta='gamma_net'"),
         (dict(loss="flsd53"), {}, ValueError, "focal"),
         (dict(meta_objective="brier"), {}, ValueError, "meta_objective"),
+        (dict(loss="focal", loss_kwargs={"gamma": 2.0}), {}, ValueError, "loss_kwargs"),
         ({}, dict(order="third"), ValueError, "order"),
         ({}, dict(meta_lr=0.0), ValueError, "meta_lr"),
         ({}, dict(bandwidth=-1.0), ValueError, "bandwidth"),

@@ -158,6 +158,34 @@ def test_mid_epoch_interrupt_resumes_exactly(tmp_path):
     assert [h["train_loss"] for h in resumed.history] == [h["train_loss"] for h in ref.history]
 
 
+class Noisy(Trainer):
+    """Draws from the global torch RNG every step (as dropout or input noise would)."""
+
+    stop_at = 0
+
+    def train_step(self, x, y):
+        out = super().train_step(x + 0.3 * torch.randn_like(x), y)
+        self.steps = getattr(self, "steps", 0) + 1
+        if self.steps == self.stop_at:
+            self._stop_signal = signal.SIGTERM
+        return out
+
+
+def test_resume_restores_the_global_rng(tmp_path):
+    """Without the RNG state in the checkpoint the resumed run would draw other noise."""
+    ref = Noisy(tiny(tmp_path / "ref"))
+    ref.fit()
+    stopped = Noisy(tiny(tmp_path / "run"))
+    stopped.stop_at = 30
+    with pytest.raises(TrainingInterrupted):
+        stopped.fit()
+    torch.manual_seed(12345)  # whatever happened in between must not matter
+    resumed = Noisy(tiny(tmp_path / "run"))
+    assert resumed.fit(resume=True) == ref.metrics
+    for k, v in ref.model.state_dict().items():
+        assert torch.equal(v, resumed.model.state_dict()[k]), k
+
+
 def test_half_written_checkpoint_never_replaces_a_good_one(tmp_path, monkeypatch):
     t = Trainer(tiny(tmp_path, epochs=1, milestones=()))
     t.fit()

@@ -179,6 +179,23 @@ def test_metrics_before_and_after_temperature_scaling(finished_run):
     assert metrics["pre_ts"]["nll"] == pytest.approx(last["test_nll"], abs=1e-5)
 
 
+def test_temperature_is_fitted_on_the_validation_split(finished_run):
+    """T comes from the saved *validation* logits only; post-TS metrics are the test logits / T."""
+    from calib import metrics as cm
+    from calib import posthoc
+
+    out, _, metrics = finished_run
+    record = load_logits(out)
+    ts = posthoc.TemperatureScaling(method="nll").fit(record["val_logits"], record["val_labels"])
+    assert metrics["temperature"] == pytest.approx(float(ts.temperature), rel=1e-9)
+    on_test = posthoc.TemperatureScaling(method="nll").fit(record["test_logits"], record["test_labels"])
+    assert abs(float(on_test.temperature) - metrics["temperature"]) > 1e-3  # a test-fitted T would differ
+    post = cm.summary(torch.softmax(record["test_logits"].double() / ts.temperature, 1), record["test_labels"])
+    for k in SUMMARY_KEYS:
+        assert metrics["post_ts"][k] == pytest.approx(float(post[k]), rel=1e-6, abs=1e-9), k
+    assert (metrics["n_val"], metrics["n_test"]) == (record["val_labels"].shape[0], record["test_labels"].shape[0])
+
+
 def test_evaluate_run_recomputes_metrics_from_logits(finished_run):
     out, _, metrics = finished_run
     (out / METRICS_FILE).unlink()
@@ -352,6 +369,21 @@ def test_split_stats_validates():
         split_stats(torch.zeros(2, 3), torch.tensor([0, 3]))
     with pytest.raises(TypeError, match="labels"):
         split_stats(torch.zeros(2, 3), torch.tensor([0.0, 1.0]))
+
+
+def test_bad_device_and_mismatched_model_or_split_give_clear_errors():
+    with pytest.raises(ValueError, match="device 'gpu'"):
+        Trainer(tiny(device="gpu"))
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="no CUDA device"):
+            Trainer(tiny(device="cuda"))
+    with pytest.raises(ValueError, match="needs images"):
+        Trainer(tiny(model="small_cnn", model_kwargs={}))
+    with pytest.raises(ValueError, match="val_size does not apply"):
+        Trainer(tiny(val_size=100))
+    # the CIFAR preset's 5,000-image validation split is not forced on the toy data
+    assert TrainConfig.from_preset("cifar", "quick", data="digits").val_size is None
+    assert TrainConfig.from_preset("cifar", "quick", data="cifar10").val_size == 5000
 
 
 def test_predict_rejects_unknown_split():

@@ -374,7 +374,8 @@ def load(
     ``splits.std`` to :class:`calib.data.DeviceLoader` to normalise on the device.
 
     ``digits`` and ``gaussian`` build the offline toy data of :mod:`calib.data.toy` with
-    ``seed=split_seed`` (``root``, ``val_size`` and ``download`` do not apply to them).
+    ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` is
+    refused with ``ValueError`` rather than silently ignored).
 
     Raises ``FileNotFoundError`` naming the expected files when they are missing and
     ``download`` is False.
@@ -383,6 +384,9 @@ def load(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.lower().replace("-", "_")
     if key in ("digits", "gaussian"):
+        if val_size is not None:
+            raise ValueError(f"val_size does not apply to {key!r}: its train/val/test split is fixed by "
+                             "calib.data.toy; leave val_size=None (CLI: no --val-size)")
         return _toy(key, split_seed)
     if key not in _READERS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(datasets())}")
