@@ -235,6 +235,18 @@ def test_one_bin_ece_is_accuracy_minus_confidence():
     assert M.mce(p, y, 1) == pytest.approx(abs(gap), abs=1e-9)
 
 
+def test_float32_ece_over_many_chunks_matches_float64():
+    """ECE sums float32 gaps in short chunks (metrics._binned_sum); no digits may be lost."""
+    n = 37 * M._SUM_CHUNK + 123  # many full chunks and a tail
+    g = torch.Generator().manual_seed(3)
+    logits = torch.randn(n, 10, generator=g, dtype=torch.float64) * 3
+    p64 = torch.softmax(logits, 1)
+    y = torch.randint(0, 10, (n,), generator=g)
+    p32 = p64.float()
+    for closed in ("right", "left"):
+        assert M.ece(p32, y, closed=closed) == pytest.approx(M.ece(p32.double(), y, closed=closed), abs=1e-7)
+
+
 def test_summary_and_sweep_agree_with_functions():
     p, y = random_probs(800, 5, 2)
     s = M.summary(p, y)
