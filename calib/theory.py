@@ -797,6 +797,17 @@ def gra_fixed_point(eta: ArrayLike, weight: WeightFn | str, *, tol: float = 1e-1
     return torch.softmax(z, 0)
 
 
+def _check_sgd(steps: int, lr: float, momentum: float) -> tuple[int, float, float]:
+    """Validated SGD settings: ``steps >= 1``, finite ``lr > 0``, ``0 <= momentum < 1``."""
+    n_steps = check_positive_int(steps, "steps")
+    if isinstance(lr, bool) or not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
+        raise ValueError(f"lr must be a finite number > 0, got {lr}")
+    mom = check_nonnegative(momentum, "momentum")
+    if mom >= 1:
+        raise ValueError(f"momentum must be < 1, got {mom}")
+    return n_steps, float(lr), mom
+
+
 def fit_constant_logits(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     targets: ArrayLike,
@@ -819,12 +830,7 @@ def fit_constant_logits(
     if y.ndim != 1 or y.shape[0] == 0:
         raise ValueError(f"targets must be a non-empty (N,) tensor of labels, got shape {tuple(y.shape)}")
     y = check_labels(y, y.shape[0], K, "targets")
-    n_steps = check_positive_int(steps, "steps")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    mom = check_nonnegative(momentum, "momentum")
-    if mom >= 1:
-        raise ValueError(f"momentum must be < 1, got {mom}")
+    n_steps, lr, mom = _check_sgd(steps, lr, momentum)
     z = torch.zeros(K, dtype=torch.float64, device=y.device, requires_grad=True)
     opt = torch.optim.SGD([z], lr=float(lr), momentum=mom)
     for _ in range(n_steps):
@@ -864,12 +870,7 @@ def fit_linear_logits(
     if not bool(torch.isfinite(xt).all()):
         raise ValueError("x contains NaN or inf values")
     y = check_labels(as_tensor(targets, "targets").cpu(), xt.shape[0], K, "targets")
-    n_steps = check_positive_int(steps, "steps")
-    if not (isinstance(lr, (int, float)) and math.isfinite(lr) and lr > 0):
-        raise ValueError(f"lr must be a finite number > 0, got {lr}")
-    mom = check_nonnegative(momentum, "momentum")
-    if mom >= 1:
-        raise ValueError(f"momentum must be < 1, got {mom}")
+    n_steps, lr, mom = _check_sgd(steps, lr, momentum)
     model = torch.nn.Linear(xt.shape[1], K, dtype=torch.float64)
     torch.nn.init.zeros_(model.weight)
     torch.nn.init.zeros_(model.bias)
