@@ -32,7 +32,7 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from ._checks import ArrayLike, as_tensor, check_labels, check_positive_int, check_probs_fast
+from ._checks import ArrayLike, as_tensor, check_labels, check_positive_int, check_probs_fast, check_positive
 
 __all__ = [
     "accuracy",
@@ -347,11 +347,7 @@ def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
 
 
 def _check_bandwidth(bandwidth: float) -> float:
-    if isinstance(bandwidth, bool) or not isinstance(bandwidth, (int, float, np.integer, np.floating)):
-        raise TypeError(f"bandwidth must be a number, got {type(bandwidth).__name__}")
-    if not math.isfinite(bandwidth) or bandwidth <= 0:
-        raise ValueError(f"bandwidth must be a finite number > 0, got {bandwidth}")
-    return float(bandwidth)
+    return check_positive(bandwidth, "bandwidth")
 
 
 def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:

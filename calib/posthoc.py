@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from . import metrics
-from ._checks import ArrayLike, check_labels, check_logits, check_positive_int
+from ._checks import ArrayLike, check_labels, check_logits, check_positive_int, check_positive
 
 __all__ = [
     "NotFittedError",
@@ -58,11 +58,7 @@ def _logits_labels(logits: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor
 
 
 def _check_temperature(temperature: float) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float, np.integer, np.floating)):
-        raise TypeError(f"temperature must be a number, got {type(temperature).__name__}")
-    if not math.isfinite(temperature) or temperature <= 0:
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature}")
-    return float(temperature)
+    return check_positive(temperature, "temperature")
 
 
 def temperature_scale(logits: ArrayLike, temperature: float) -> Tensor:

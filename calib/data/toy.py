@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import torch
 
-from .._checks import ArrayLike, as_tensor, check_positive_int
+from .._checks import ArrayLike, as_tensor, check_positive_int, check_positive
 
 if TYPE_CHECKING:  # pragma: no cover
     from .vision import Splits
@@ -42,11 +42,7 @@ Tensor = torch.Tensor
 
 
 def _check_scale(scale: float) -> float:
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, np.integer, np.floating)):
-        raise TypeError(f"scale must be a number, got {type(scale).__name__}")
-    if not math.isfinite(scale) or scale <= 0:
-        raise ValueError(f"scale must be a finite number > 0, got {scale}")
-    return float(scale)
+    return check_positive(scale, "scale")
 
 
 def _check_means(means: ArrayLike) -> Tensor:
