@@ -6,11 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 HTML   := _build/html
+ASSIGNMENTS := _build/assignments
 # Chapters and the book always execute at the CPU scale unless told otherwise.
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup book test test-unit test-notebooks test-browser test-browser-only bench chromium clean help
+.PHONY: all setup book assignments test test-unit test-notebooks test-browser test-browser-only bench chromium clean help
 
 all: setup
 
@@ -18,16 +19,23 @@ help:
 	@echo "make book   build the book (executes every chapter) into $(HTML)"
 	@echo "make test   unit/property/parity tests, nbval over every chapter, built-book browser check"
 	@echo "make bench  speed comparisons (ratios against baselines run side by side)"
+	@echo "make assignments  coursework: student notebooks and autograders in $(ASSIGNMENTS)"
 	@echo "make clean  remove build outputs (keeps $(VENV))"
 
 # The virtual environment, rebuilt when the dependency files change.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[book,test]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[book,test,course]"
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# Coursework (book/assignments/, otter-grader): <name>/student/ to hand out and
+# <name>/autograder/<name>-autograder.zip to grade with `otter run`. Add --publish to
+# tools/build_assignments.py to refresh the book's copies in book/coursework/.
+assignments: $(STAMP)
+	$(BIN)/python tools/build_assignments.py --out $(ASSIGNMENTS)
 
 # THREADS=1 pins each process to one core, so two executors can share the machine.
 LIMIT := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS))
