@@ -27,8 +27,31 @@ def repository_url() -> str:
     raise RuntimeError("_config.yml has no repository.url")
 
 
-def setup_source(url: str | None = None) -> str:
+def setup_source(url: str | None = None, assignment: str | None = None) -> str:
+    """The setup cell of a chapter, or of the coursework notebook ``assignment``.
+
+    An assignment's cell also installs the ``course`` extra (otter-grader) and copies
+    the assignment's public tests (``book/coursework/<assignment>/tests``) next to the
+    notebook, where ``otter.Notebook`` looks for them.
+    """
     url = url or repository_url()
+    if assignment is not None:
+        return (
+            f"{MARKER} installs calib and otter-grader and fetches this assignment's\n"
+            "# public tests; elsewhere it does nothing.\n"
+            "import sys\n"
+            "\n"
+            'if "google.colab" in sys.modules:\n'
+            "    import shutil\n"
+            "    import subprocess\n"
+            "\n"
+            f'    src, tests = "/content/calib", "book/coursework/{assignment}/tests"\n'
+            f'    repo = "{url}"\n'
+            '    subprocess.run(["git", "clone", "-q", "--depth", "1", repo, src], check=True)\n'
+            '    pip = [sys.executable, "-m", "pip", "install", "-q"]\n'
+            '    subprocess.run([*pip, f"{src}[course]"], check=True)\n'
+            '    shutil.copytree(f"{src}/{tests}", "tests", dirs_exist_ok=True)'
+        )
     return (
         f"{MARKER} installs calib from the book's repository; elsewhere it does nothing.\n"
         "import sys\n"
@@ -44,14 +67,19 @@ def chapters() -> list[pathlib.Path]:
     return sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 
+def assignments() -> list[pathlib.Path]:
+    """The otter master notebooks of the coursework (book/assignments/)."""
+    return sorted((ROOT / "book" / "assignments").glob("a[0-9]_*.ipynb"))
+
+
 def first_code_cell(nb: dict) -> dict | None:
     return next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
 
 
-def sync(path: pathlib.Path) -> bool:
-    """Rewrite the setup cell of one chapter (inserting it if absent). True if changed."""
+def sync(path: pathlib.Path, assignment: str | None = None) -> bool:
+    """Rewrite the setup cell of one chapter or assignment (inserting it if absent). True if changed."""
     nb = json.loads(path.read_text())
-    want = setup_source()
+    want = setup_source(assignment=assignment)
     cell = first_code_cell(nb)
     if cell is not None and "".join(cell["source"]).startswith(MARKER):
         if "".join(cell["source"]) == want:
@@ -67,5 +95,6 @@ def sync(path: pathlib.Path) -> bool:
 
 if __name__ == "__main__":
     changed = [p.name for p in chapters() if sync(p)]
+    changed += [p.name for p in assignments() if sync(p, assignment=p.stem)]
     print("updated: " + (", ".join(changed) if changed else "nothing"))
     sys.exit(0)
