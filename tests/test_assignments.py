@@ -104,13 +104,17 @@ class Graded(NamedTuple):
     output: str
 
 
-def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path) -> Graded:
-    """``otter run -a zip notebook`` with this tree's calib at the quick profile."""
+def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path, *, debug: bool = False) -> Graded:
+    """``otter run -a zip notebook`` with this tree's calib at the quick profile.
+
+    ``debug=True`` stops at the first cell that raises (otter ignores errors otherwise).
+    """
     out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "CALIB_PROFILE": "quick", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     env.pop("CALIB_SMOKE", None)
     cmd = [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(notebook)]
+    cmd[4:4] = ["--debug"] if debug else []
     done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out, timeout=600)
     results = out / "results.json"
     assert results.is_file(), f"otter run wrote no results:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -161,9 +165,11 @@ def test_autograder(name, case, build_dir, tmp_path):
         mistake = MISTAKES[name][case]
         notebook = tmp_path / f"{name}.ipynb"
         notebook.write_text(ba.dumps(with_mistake(json.loads(solution_path.read_text()), mistake)))
-    graded = grade(zip_path, notebook, tmp_path / "out")
+    # the reference solution must also run top to bottom without an error
+    graded = grade(zip_path, notebook, tmp_path / "out", debug=case == "solution")
     total = sum(s for s, _ in graded.scores.values())
     possible = sum(m for _, m in graded.scores.values())
+    print(f"{name} / {case}: {total:g}/{possible:g}", {q: s for q, (s, _) in graded.scores.items()})
     assert possible > 0 and set(graded.scores) == {p.stem for p in (b / "autograder" / "tests").glob("*.py")}
 
     if case == "solution":
@@ -245,6 +251,8 @@ def test_student_notebook_follows_the_chapter_conventions(name):
     assert "".join(code[0]["source"]) == sync_setup_cells.setup_source(assignment=name)
     assert "profile.describe()" in "".join(code[1]["source"])
     assert all(c["outputs"] == [] and c["execution_count"] is None for c in code)
+    long = [l for c in code for l in "".join(c["source"]).splitlines() if len(l) > 88]
+    assert not long, f"code lines over 88 characters: {long}"
     text = json.dumps(nb)
     assert not re.search(r"(?<![\w.])00[0-4](?![\w.])", text), "papers are named by author and year, not file number"
     keys = set(re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text()))

@@ -44,7 +44,7 @@ def build(master: pathlib.Path, out: pathlib.Path = DEFAULT_OUT) -> pathlib.Path
     master = pathlib.Path(master)
     if not master.is_file():
         raise FileNotFoundError(f"master notebook not found: {master}")
-    dest = pathlib.Path(out) / master.stem
+    dest = pathlib.Path(out).resolve() / master.stem
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
     cmd = [sys.executable, "-m", "otter", "assign", "--no-pdfs", str(master), str(dest)]
