@@ -137,9 +137,6 @@ def cases_of(built_dir: pathlib.Path, question: str) -> list[tuple[str, float, b
     return [(fn, float(points), hidden == "True") for points, hidden, fn in found]
 
 
-
-
-
 def with_mistake(solution: dict, mistake: Mistake) -> dict:
     """A copy of the solution notebook with ``mistake`` substituted into its solution cell."""
     nb = json.loads(json.dumps(solution))
