@@ -25,10 +25,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import sympy as sp
 import torch
 
 from ._checks import ArrayLike, check_positive, check_positive_int
-from .theory import WeightFn, _check_distribution, _weights_per_class, gra_weight
+from .theory import Derivation, WeightFn, _check_distribution, _weights_per_class, gra_weight
 
 __all__ = [
     "gra_field",
@@ -38,6 +39,9 @@ __all__ = [
     "fixed_point_eigenvalues",
     "descend",
     "gra_inverse",
+    "brier_field_curl",
+    "fl_gra_potential",
+    "app9_checks",
 ]
 
 
@@ -178,3 +182,93 @@ def gra_inverse(q: ArrayLike, weight: WeightFn | str, **weight_kwargs: float) ->
         raise ValueError("the weight u(q, e_k) must be positive for every class to invert the fixed point")
     eta = qt[0] / w
     return eta / eta.sum()
+
+
+def brier_field_curl(eta: tuple[sp.Rational, ...] = (sp.Rational(3, 5), sp.Rational(3, 10), sp.Rational(1, 10)),
+                     ) -> Derivation:
+    """sympy: the BSCE-GRA field (``u = ||q - e_y||_2^2``) has a non-zero curl for ``K = 3``.
+
+    ``G_j(z) = sum_k eta_k u(q, e_k) (q_j - delta_jk)``; a gradient field has
+    ``dG_1/dz_2 = dG_2/dz_1``. Step ``curl`` is ``dG_1/dz_2 - dG_2/dz_1`` at ``z = 0``
+    for the given ``eta`` (exact rationals); it is not 0, so no loss has ``G`` as its
+    gradient. Step ``curl_ce`` is the same quantity for CE (``u = 1``): 0. (The curl does
+    vanish at some points, e.g. at ``q = eta``; a single non-zero value settles it.)
+    """
+    K = len(eta)
+    if K < 3:
+        raise ValueError(f"eta must have at least 3 classes (K = 2 fields are always gradients), got {K}")
+    eta_s = [sp.nsimplify(e) for e in eta]
+    if sum(eta_s) != 1 or any(e <= 0 for e in eta_s):
+        raise ValueError(f"eta must be positive and sum to 1, got {eta!r}")
+    z = sp.symbols(f"z_1:{K + 1}", real=True)
+    den = sum(sp.exp(zi) for zi in z)
+    q = [sp.exp(zi) / den for zi in z]
+
+    def field(weight):
+        return [sum(eta_s[k] * weight(k) * (q[j] - (1 if j == k else 0)) for k in range(K)) for j in range(K)]
+
+    brier_w = lambda k: sum((q[i] - (1 if i == k else 0)) ** 2 for i in range(K))  # noqa: E731
+    G, G_ce = field(brier_w), field(lambda k: 1)
+    at0 = {zi: (sp.log(2) if i == 0 else 0) for i, zi in enumerate(z)}  # q ∝ (2, 1, ..., 1)
+    curl = sp.nsimplify(sp.simplify((sp.diff(G[0], z[1]) - sp.diff(G[1], z[0])).subs(at0)))
+    curl_ce = sp.simplify((sp.diff(G_ce[0], z[1]) - sp.diff(G_ce[1], z[0])).subs(at0))
+    return Derivation(
+        "BSCE-GRA update field is not a gradient (K = 3)",
+        {"field_1": G[0], "curl": curl, "curl_ce": curl_ce},
+    )
+
+
+def fl_gra_potential() -> Derivation:
+    """sympy: FL-GRA *is* a gradient: ``Phi(p) = int_p^1 (1 - t)^gamma / t dt`` of ``p = q_y``.
+
+    A weight that depends on ``q_y`` only, ``u(q_y)``, gives the update
+    ``u(q_y) (q - e_y) = grad_z Phi(q_y)`` with ``Phi'(p) = -u(p) / p``, because
+    ``d q_y / d z_j = q_y (delta_jy - q_j)``. Steps: ``dPhi_dp`` (by the fundamental
+    theorem of calculus) and ``chain_rule_residual`` (``dPhi/dz_j - u (q_j - delta_jy)``
+    for ``K = 3``, ``y = 1``, ``gamma = 2``, all components, simplified to 0); ``potential``
+    is ``Phi`` in closed form for ``gamma = 2``.
+    """
+    p, t = sp.symbols("p t", positive=True)
+    gamma = sp.Symbol("gamma", positive=True)
+    phi = sp.Integral((1 - t) ** gamma / t, (t, p, 1))
+    dphi = sp.diff(phi, p).doit()
+    phi2 = sp.simplify(sp.integrate((1 - t) ** 2 / t, (t, p, 1)))
+    z = sp.symbols("z_1:4", real=True)
+    den = sum(sp.exp(zi) for zi in z)
+    q = [sp.exp(zi) / den for zi in z]
+    phi_z = phi2.subs(p, q[0])
+    residual = sp.Tuple(*[
+        sp.simplify(sp.diff(phi_z, z[j]) - (1 - q[0]) ** 2 * (q[j] - (1 if j == 0 else 0))) for j in range(3)
+    ])
+    return Derivation(
+        "FL-GRA is the gradient of a potential",
+        {"potential_integral": phi, "dPhi_dp": dphi, "potential": phi2, "chain_rule_residual": residual},
+    )
+
+
+def app9_checks(num_classes: int = 3) -> Derivation:
+    """What Lin et al. (2024, App. 9) assume, checked at their claimed optimum ``q = eta``.
+
+    Steps: ``C_at_optimum`` (the detached weight ``C = ||q - eta||^2`` at ``q = eta``: 0,
+    so it is not a constant ``C > 0`` there); ``CE_at_optimum`` (``-sum eta log q`` at
+    ``q = eta`` is ``H(eta)``, positive unless ``eta`` is one-hot, not 0);
+    ``weighted_stationarity`` (``C (-eta_i / q_i) + mu`` with ``C = 0``: any ``mu = 0``
+    solves it, so the Lagrange condition holds trivially there).
+    """
+    K = check_positive_int(num_classes, "num_classes", minimum=2)
+    q = sp.symbols(f"q_1:{K + 1}", positive=True)
+    eta = sp.symbols(f"eta_1:{K + 1}", positive=True)
+    mu = sp.Symbol("mu", real=True)
+    C = sum((qi - e) ** 2 for qi, e in zip(q, eta))
+    ce = -sum(e * sp.log(qi) for e, qi in zip(eta, q))
+    at = {qi: e for qi, e in zip(q, eta)}
+    stationarity = [(C * (-e / qi) + mu).subs(at) for e, qi in zip(eta, q)]
+    return Derivation(
+        "Lin et al. (2024), App. 9, at q = eta",
+        {
+            "C": C,
+            "C_at_optimum": C.subs(at),
+            "CE_at_optimum": ce.subs(at),
+            "weighted_stationarity": sp.Tuple(*stationarity),
+        },
+    )
