@@ -13,7 +13,10 @@ Sections (seed numbers refer to ``../shared/seeds/``):
   binary optimum of 004 Fig. A.1.
 * The gradient factor ``g(p, gamma)`` (000 §4.1), its peak ``p0``, the ``g = 1``
   crossing, and the Lambert-W schedule behind FLSD-53.
-* The Brier identity (000 Eq. 12 and App. 8).
+* The Brier identity (000 Eq. 12 and App. 8). Its decompositions (Murphy; reliability +
+  grouping loss) and proper scoring rules are in :mod:`calib.scoring`; focal bounds for
+  every ``gamma >= 0`` in :mod:`calib.focal_bounds`; the GRA update field (curl,
+  stability, inverse map) in :mod:`calib.gra_field`.
 * The BSCE-GRA optimum (000 App. 9) and the fixed point of gradient weighting when the
   weight uses the one-hot label.
 * 002 Theorem 1 (scaling logits by ``t > 1`` sharpens the top probability) and 003 Eq. (1)
@@ -364,20 +367,29 @@ def gradient_factor_slope(p: ArrayLike, gamma: float) -> np.ndarray:
 
 
 def gradient_factor_peak(gamma: float) -> float:
-    """``p0(gamma) = argmax_p g(p, gamma)``: the root of ``dg/dp`` (000 §4.1).
+    """``p_star(gamma) = argmax_p g(p, gamma)``: the root of ``dg/dp`` (000 §4.1).
 
-    ``g`` rises on ``[0, p0]`` and falls on ``[p0, 1]``; ``dg/dp -> +inf`` as ``p -> 0``
-    and is negative at ``p = 1/2`` for ``gamma >= 1/2``, so the root is bracketed there.
+    ``g`` rises on ``[0, p_star]`` and falls on ``[p_star, 1]`` (checked on a grid of
+    ``gamma`` in ``(0, 30]`` in the tests). ``dg/dp -> +inf`` as ``p -> 0``; it is
+    negative at ``p = 1/2`` for ``gamma >= 1/2``, and for smaller ``gamma`` at some
+    ``p = 1 - 10^-k``, so the root is bracketed. ``gamma`` must be > 0 (``g = 1`` at 0).
     """
     g = _check_gamma(gamma)
-    if g < 0.5:
-        raise ValueError(f"gamma must be >= 0.5 for a peak inside (0, 1/2), got {g}")
+    if g <= 0:
+        raise ValueError("gamma must be > 0 (g is identically 1 at gamma = 0)")
     f = lambda x: float(gradient_factor_slope(x, g))  # noqa: E731
-    return float(optimize.brentq(f, 1e-12, 0.5, xtol=1e-15, rtol=1e-14))
+    upper = 0.5
+    for k in range(1, 15):
+        if f(upper) < 0:
+            break
+        upper = 1 - 10.0**-k
+    else:
+        raise RuntimeError(f"no sign change of dg/dp found for gamma = {g}")
+    return float(optimize.brentq(f, 1e-12, upper, xtol=1e-15, rtol=1e-14))
 
 
 def gradient_factor_unit_crossing(gamma: float) -> float:
-    """The ``p > p0`` where ``g(p, gamma) = 1``: above it, focal loss pushes less than CE."""
+    """The ``p > p_star`` where ``g(p, gamma) = 1``: above it, focal loss pushes less than CE."""
     g = _check_gamma(gamma)
     if g <= 0:
         raise ValueError("gamma must be > 0 (g is identically 1 at gamma = 0)")
@@ -528,7 +540,7 @@ def brier_identity(num_classes: int) -> Derivation:
         f"Brier identity, K = {K} (000 Eq. 12)",
         {
             "expected_brier": expected,
-            "calibration_plus_irreducible": rhs,
+            "distance_plus_irreducible": rhs,
             "residual_without_constraint": residual_free,
             "residual": residual,
         },
@@ -591,12 +603,20 @@ def expected_brier(p: ArrayLike, eta: ArrayLike) -> torch.Tensor:
 
 
 def brier_decomposition(p: ArrayLike, eta: ArrayLike) -> dict[str, torch.Tensor]:
-    """The right side of 000 Eq. 12: ``calibration = ||p - eta||^2``, ``irreducible = sum eta(1-eta)``."""
+    """The right side of 000 Eq. 12, per row: ``distance_to_eta = ||p - eta||^2`` and
+    ``irreducible = sum eta (1 - eta)``.
+
+    ``||p - eta||^2`` is the squared distance to the true posterior, *not* the calibration
+    error: a constant forecast ``E[eta]`` is calibrated and still far from ``eta``. It
+    splits into reliability plus grouping loss (:func:`calib.scoring.known_posterior_decomposition`);
+    the Brier score of a sample splits as reliability - resolution + uncertainty
+    (:func:`calib.metrics.brier_decomposition`).
+    """
     pt = _check_distribution(p, "p")
     et = _check_distribution(eta, "eta")
     if pt.shape != et.shape:
         raise ValueError(f"p and eta must have the same shape, got {tuple(pt.shape)} and {tuple(et.shape)}")
-    return {"calibration": ((pt - et) ** 2).sum(1), "irreducible": (et * (1 - et)).sum(1)}
+    return {"distance_to_eta": ((pt - et) ** 2).sum(1), "irreducible": (et * (1 - et)).sum(1)}
 
 
 def monte_carlo_brier(p: ArrayLike, eta: ArrayLike, n_samples: int, *, seed: int = 0) -> torch.Tensor:
