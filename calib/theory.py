@@ -53,6 +53,7 @@ __all__ = [
     "gradient_factor_slope",
     "gradient_factor_peak",
     "gradient_factor_unit_crossing",
+    "true_logit_push_peak",
     "gradient_ratio",
     "lambert_gamma_derivation",
     "lambert_gamma",
@@ -396,6 +397,22 @@ def gradient_factor_unit_crossing(gamma: float) -> float:
     p0 = gradient_factor_peak(g)
     f = lambda x: float(gradient_factor(x, g)) - 1.0  # noqa: E731
     return float(optimize.brentq(f, p0, 1 - 1e-12, xtol=1e-15, rtol=1e-14))
+
+
+def true_logit_push_peak(gamma: float) -> float:
+    """``argmax_p g(p, gamma) (1 - p)``: where focal loss pushes the true logit hardest.
+
+    ``-dL_FL/dz_y = g(p, gamma) (1 - p)`` (CE: ``1 - p``); it peaks at a smaller ``p``
+    than ``g`` itself (:func:`gradient_factor_peak`). Bounded scalar maximisation on
+    ``[0, p_star]`` (beyond ``p_star`` both factors fall).
+    """
+    g = _check_gamma(gamma)
+    if g <= 0:
+        raise ValueError("gamma must be > 0 (for gamma = 0 the push 1 - p peaks at p = 0)")
+    hi = gradient_factor_peak(g)
+    res = optimize.minimize_scalar(lambda x: -float(gradient_factor([x], g)[0]) * (1 - x), bounds=(0.0, hi),
+                                   method="bounded", options={"xatol": 1e-12})
+    return float(res.x)
 
 
 def gradient_ratio(
