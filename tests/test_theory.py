@@ -833,3 +833,38 @@ def test_toy_ordering_study_small():
     assert experiments.ordering({"a": 0.1, "b": 0.3}) == "b > a"
     with pytest.raises(ValueError, match="errors"):
         experiments.toy_ordering_study([{"hidden": 8}], seeds=(0,), errors=("l1",))
+
+
+# --------------------------------------------------------------------------- new figures
+
+
+def test_derivation_figures_fit_the_column():
+    figs = [
+        plots.plot_true_logit_push((1.0, 3.0), resolution=50),
+        plots.plot_focal_bounds((0.5, 3.0), resolution=40),
+        plots.plot_brier_terms({"a": {"reliability": 0.1, "grouping": 0.2, "irreducible": 0.3}}),
+        plots.plot_gra_field([0.6, 0.3, 0.1], {"CE": theory.gra_weight("ce")}, resolution=5),
+        plots.plot_flsd_schedule(),
+        plots.plot_simplex_weight_maps({"u": functools.partial(uncertainty.u_fl, gamma=2.0),
+                                        "v": functools.partial(uncertainty.u_fl, gamma=1.0),
+                                        "w": functools.partial(uncertainty.u_fl, gamma=3.0)},
+                                       resolution=10),
+    ]
+    for fig in figs:
+        assert isinstance(fig, Figure)
+        assert fig.get_size_inches()[0] <= 7.0 + 1e-9
+    with pytest.raises(ValueError, match="gammas"):
+        plots.plot_true_logit_push((0.0,))
+    with pytest.raises(ValueError, match="eta"):
+        plots.plot_gra_field([0.5, 0.5], {"CE": theory.gra_weight("ce")})
+
+
+def test_true_logit_push_peak_precedes_the_factor_peak():
+    for gamma in (0.5, 1.0, 2.0, 3.0, 5.0, 10.0):
+        p_dag, p_star = theory.true_logit_push_peak(gamma), theory.gradient_factor_peak(gamma)
+        assert 0 < p_dag < p_star
+        grid = np.linspace(0, p_star, 4001)
+        push = theory.gradient_factor(grid, gamma) * (1 - grid)
+        assert abs(grid[np.argmax(push)] - p_dag) < 1e-3
+    with pytest.raises(ValueError, match="gamma"):
+        theory.true_logit_push_peak(0.0)
