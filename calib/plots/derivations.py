@@ -83,7 +83,7 @@ def plot_focal_bounds(gammas: Sequence[float] = (0.5, 3.0), *, num_classes: int 
     p = np.linspace(0.02, 0.98, int(resolution))
     probs = np.column_stack([p] + [(1 - p) / (K - 1)] * (K - 1))
     labels = np.zeros(len(p), dtype=np.int64)
-    fig = Figure(figsize=(7.0, 3.2), layout="constrained")
+    fig = Figure(figsize=(7.0, 3.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(gs), sharey=True))
     names = {"focal": "focal loss", "true_class": r"CE $-\gamma(-p_y\log p_y)$",
              "log_product": r"CE $-\gamma\log p_y\log(1-p_y)$", "binary": r"CE $-\gamma h_2(p_y)$",
@@ -100,7 +100,8 @@ def plot_focal_bounds(gammas: Sequence[float] = (0.5, 3.0), *, num_classes: int 
         ax.set_xlabel(r"true-class probability $p_y$", fontsize=_FONT)
         ax.tick_params(labelsize=_FONT)
     axes[0].set_ylabel("loss (nats)", fontsize=_FONT)
-    axes[-1].legend(fontsize=_FONT, frameon=False)
+    handles, labels = axes[-1].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=3, fontsize=_FONT, frameon=False)
     return fig
 
 

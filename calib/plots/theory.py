@@ -189,29 +189,32 @@ def plot_simplex_weight_maps(
     probs, xy = theory.simplex_slice(n, fixed=fixed)
     tri = Triangulation(xy[:, 0], xy[:, 1])
     targets = torch.full((probs.shape[0],), int(true_class), dtype=torch.long)
-    fig = Figure(figsize=(min(7.0, 2.6 * len(weights)), 3.0), layout="constrained")
+    fig = Figure(figsize=(min(7.0, 2.4 * len(weights)), 2.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(weights)))
     corners = [(0.0, 0.0), (1.0, 0.0), (0.5, np.sqrt(3) / 2)]
-    # corner labels sit outside the triangle, left/right of the bottom corners and above
-    # the top one, so they neither overlap each other nor the coloured area
-    offsets = [((-6, -10), "right"), ((6, -10), "left"), ((0, 6), "center")]
+    # short corner labels outside the triangle (the corner value is in the title) and
+    # horizontal colour bars below, so the triangles keep the width of their column
+    offsets = [((-3, -3), "right", "top"), ((3, -3), "left", "top"), ((0, 3), "center", "bottom")]
     for ax, (label, fn) in zip(axes, weights.items()):
         values = torch.as_tensor(fn(probs, targets), dtype=torch.float64).reshape(-1).numpy()
         if values.shape[0] != probs.shape[0]:
             raise ValueError(f"weights[{label!r}] returned {values.shape[0]} values for {probs.shape[0]} points")
         cs = ax.tricontourf(tri, values, levels=20, cmap="viridis")
         ax.tricontour(tri, values, levels=10, colors="w", linewidths=0.4)
-        fig.colorbar(cs, ax=ax, shrink=0.8)
-        for k, ((cx, cy), (off, ha)) in enumerate(zip(corners, offsets)):
-            text = rf"$\hat p_{k}={1 - fixed:g}$" + ("\n(label)" if k == true_class else "")
-            ax.annotate(text, (cx, cy), ha=ha, va="top" if cy == 0 else "bottom", xytext=off,
-                        textcoords="offset points", fontsize=9)
-        ax.set_xlim(-0.25, 1.25)
-        ax.set_ylim(-0.2, np.sqrt(3) / 2 + 0.15)
-        ax.set_title(label, pad=4)
+        cbar = fig.colorbar(cs, ax=ax, orientation="horizontal", shrink=0.85, pad=0.02)
+        cbar.ax.tick_params(labelsize=9)
+        cbar.locator = __import__("matplotlib").ticker.MaxNLocator(4)
+        cbar.update_ticks()
+        for k, ((cx, cy), (off, ha, va)) in enumerate(zip(corners, offsets)):
+            text = rf"$\hat p_{k}$" + (" (label)" if k == true_class else "")
+            ax.annotate(text, (cx, cy), ha=ha, va=va, xytext=off, textcoords="offset points", fontsize=9)
+        ax.set_xlim(-0.3, 1.3)
+        ax.set_ylim(-0.1, np.sqrt(3) / 2 + 0.12)
+        ax.set_title(label, fontsize=10, pad=12)
         ax.set_aspect("equal")
         ax.set_axis_off()
-    fig.suptitle(f"Weights on the slice $p_3 = {fixed:g}$ of the 4-class simplex")
+    fig.suptitle(rf"Weights on the slice $\hat p_3 = {fixed:g}$; at each corner $\hat p_k = {1 - fixed:g}$",
+                 fontsize=10)
     return fig
 
 
