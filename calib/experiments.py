@@ -1,18 +1,18 @@
 """Small, self-contained experiments from the papers that chapters call in one line.
 
-``toy_weight_correlation``: 000 §4.3. Five two-dimensional Gaussians with known class
+``toy_weight_correlation``: Lin et al. 2024, §4.3. Five two-dimensional Gaussians with known class
 posterior η(x); a small network trained for 5 epochs with cross-entropy; for each test
-point the *true* calibration error c(x) = ‖η(x) − p̂(x)‖ (000 Eq. 1) and the Pearson
-correlation between c and each sample-wise weight u_FL, u_DFL, u_gBS (000 Eqs. 7, 8, 11),
+point the *true* calibration error c(x) = ‖η(x) − p̂(x)‖ (Lin et al. 2024, Eq. 1) and the Pearson
+correlation between c and each sample-wise weight u_FL, u_DFL, u_gBS (Lin et al. 2024, Eqs. 7, 8, 11),
 each weight's hyper-parameters grid-searched as the paper does. The paper reports
 r = 0.550 (FL), 0.638 (DFL) and 0.664 (gBS), over 5 runs.
 
-What 000 §4.3 leaves open and we chose (documented so the numbers can be judged):
+What Lin et al. 2024, §4.3 leaves open and we chose (documented so the numbers can be judged):
 
 * *True calibration error.* Eq. 1 writes ``c(x) = ‖η(x) − p̂_c(x)‖`` and calls it "the
   difference between η(x) and p̂(x)"; the norm of the vector difference is the reading that
   type-checks, so the default ``error="l2"`` is ``‖η(x) − p̂(x)‖₂``. ``"sq"`` is its square
-  (the quantity in 000 Eq. 12) and ``"top"`` is ``|η_ŷ(x) − p̂_ŷ(x)|`` on the predicted class.
+  (the quantity in Lin et al. 2024, Eq. 12) and ``"top"`` is ``|η_ŷ(x) − p̂_ŷ(x)|`` on the predicted class.
 * *Labels in the weights.* u depends on the one-hot label y; we use each test point's
   sampled class, as in training.
 * *Network and optimiser.* "a two layer CNN" on 2-D points: we use an MLP with two linear
@@ -45,9 +45,13 @@ __all__ = [
     "weight_correlations",
     "train_toy_classifier",
     "toy_weight_correlation",
+    "toy_predictions",
+    "ordering",
+    "toy_ordering_study",
+    "NARROW_GRID",
 ]
 
-PAPER_TOY_CORRELATION = {"FL": 0.550, "DFL": 0.638, "gBS": 0.664}  # 000 §4.3
+PAPER_TOY_CORRELATION = {"FL": 0.550, "DFL": 0.638, "gBS": 0.664}  # Lin et al. 2024, §4.3
 DEFAULT_GRID: dict[str, dict[str, tuple[float, ...]]] = {
     "FL": {"gamma": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)},
     "DFL": {"gamma": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)},
@@ -57,9 +61,9 @@ ERRORS = ("l2", "sq", "top")
 
 
 def true_calibration_error(probs: Any, eta: Any, error: str = "l2") -> Tensor:
-    """Per-sample calibration error against the true posterior (000 Eq. 1).
+    """Per-sample calibration error against the true posterior (Lin et al. 2024, Eq. 1).
 
-    ``"l2"``: ``‖η(x) − p̂(x)‖₂``; ``"sq"``: ``‖η(x) − p̂(x)‖₂²`` (000 Eq. 12);
+    ``"l2"``: ``‖η(x) − p̂(x)‖₂``; ``"sq"``: ``‖η(x) − p̂(x)‖₂²`` (Lin et al. 2024, Eq. 12);
     ``"top"``: ``|η_ŷ(x) − p̂_ŷ(x)|`` with ŷ = argmax p̂.
     """
     p = check_probs(probs, "probs").double()
@@ -127,15 +131,16 @@ def _check_grid(grid: dict[str, dict[str, Sequence[float]]] | None) -> dict[str,
 
 def train_toy_classifier(x: Tensor, y: Tensor, num_classes: int, *, hidden: int = 64, epochs: int = 5,
                          batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
-                         device: torch.device | str | None = None) -> torch.nn.Module:
-    """A two-linear-layer ReLU MLP trained with cross-entropy and Adam (000 §4.3; our optimiser)."""
+                         device: torch.device | str | None = None, depth: int = 1) -> torch.nn.Module:
+    """A ReLU MLP with ``depth`` hidden layers of width ``hidden`` (``depth=1``: two linear
+    layers, our reading of Lin et al. 2024, §4.3), trained with cross-entropy and Adam."""
     from . import models
     from .data import DeviceLoader
     from .profile import device as default_device
 
     dev = torch.device(device) if device is not None else default_device()
     torch.manual_seed(seed)
-    net = models.make("mlp", num_classes, in_features=int(x.shape[1]), hidden=(hidden,)).to(dev)
+    net = models.make("mlp", num_classes, in_features=int(x.shape[1]), hidden=(hidden,) * depth).to(dev)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
     loader = DeviceLoader(x.float(), y, batch_size, shuffle=True, device=dev, seed=seed)
     net.train()
@@ -148,24 +153,39 @@ def train_toy_classifier(x: Tensor, y: Tensor, num_classes: int, *, hidden: int 
     return net.eval()
 
 
-def _one_seed(seed: int, n_train: int, n_test: int, hidden: int, epochs: int, grid: Any, error: str,
-              device: Any) -> tuple[dict[str, list[tuple[dict[str, float], float]]], float]:
+def toy_predictions(seed: int, n_train_per_class: int = 10000, n_test_per_class: int = 1000, *, hidden: int = 64,
+                    depth: int = 1, epochs: int = 5, lr: float = 1e-3,
+                    device: torch.device | str | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One run of the toy experiment up to the predictions: ``(probs, labels, eta)`` on the test set.
+
+    Seed ``seed`` draws the five Gaussians, the training points and the initialisation;
+    the test points come from the same Gaussians with seed ``seed + 1``.
+    """
     from .data import gaussian_mixture
 
-    train = gaussian_mixture(n_train, num_classes=5, dim=2, low=-10, high=10, scale=1.0, seed=seed)
-    test = train.sample(n_test, seed=seed + 1)  # fresh points from the same five Gaussians
-    net = train_toy_classifier(train.x, train.y, 5, hidden=hidden, epochs=epochs, seed=seed, device=device)
+    train = gaussian_mixture(n_train_per_class, num_classes=5, dim=2, low=-10, high=10, scale=1.0, seed=seed)
+    test = train.sample(n_test_per_class, seed=seed + 1)  # fresh points from the same five Gaussians
+    net = train_toy_classifier(train.x, train.y, 5, hidden=hidden, epochs=epochs, seed=seed, device=device,
+                               depth=depth, lr=lr)
     with torch.no_grad():
         probs = torch.softmax(net(test.x.to(next(net.parameters()).device)).double(), 1).cpu()
-    acc = float((probs.argmax(1) == test.y).double().mean())
-    return weight_correlations(probs, test.y, test.eta, grid, error), acc
+    return probs, test.y, test.eta
+
+
+def _one_seed(seed: int, n_train: int, n_test: int, hidden: int, epochs: int, grid: Any, error: str,
+              device: Any, depth: int = 1, lr: float = 1e-3) -> tuple[dict[str, list[tuple[dict[str, float], float]]], float]:
+    probs, labels, eta = toy_predictions(seed, n_train, n_test, hidden=hidden, depth=depth, epochs=epochs, lr=lr,
+                                         device=device)
+    acc = float((probs.argmax(1) == labels).double().mean())
+    return weight_correlations(probs, labels, eta, grid, error), acc
 
 
 def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int = 5, n_train_per_class: int = 10000,
                            n_test_per_class: int = 1000, hidden: int = 64,
                            grid: dict[str, dict[str, Sequence[float]]] | None = None,
-                           device: torch.device | str | None = None, error: str = "l2") -> dict[str, dict[str, Any]]:
-    """000 §4.3: Pearson r between each uncertainty weight and the true calibration error.
+                           device: torch.device | str | None = None, error: str = "l2", depth: int = 1,
+                           lr: float = 1e-3) -> dict[str, dict[str, Any]]:
+    """Lin et al. 2024, §4.3: Pearson r between each uncertainty weight and the true calibration error.
 
     Per seed: draw the 5-Gaussian mixture (means uniform in [−10, 10]², Σ = I), train the
     two-layer MLP with CE for ``epochs`` epochs on ``n_train_per_class`` points per class, and
@@ -176,18 +196,22 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
         {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"}, "DFL": ..., "gBS": ...}
 
     ``grid`` lists mean r for every grid point; ``accuracy`` the test accuracy per seed.
-    Paper (000 §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).
+    ``depth`` (hidden layers), ``hidden`` (width), ``epochs`` and ``lr`` are the open
+    choices of the network and its training; :func:`toy_ordering_study` varies them.
+    Paper (Lin et al. 2024, §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).
     """
     seeds = [check_positive_int(s, "seeds", minimum=0) for s in seeds]
     if not seeds:
         raise ValueError("seeds must hold at least one seed")
-    for name, v in (("epochs", epochs), ("n_train_per_class", n_train_per_class), ("hidden", hidden)):
+    for name, v in (("epochs", epochs), ("n_train_per_class", n_train_per_class), ("hidden", hidden),
+                    ("depth", depth)):
         check_positive_int(v, name)
     check_positive_int(n_test_per_class, "n_test_per_class", minimum=2)
     if error not in ERRORS:
         raise ValueError(f"error must be one of {ERRORS}, got {error!r}")
     grid = _check_grid(grid)
-    runs = [_one_seed(s, n_train_per_class, n_test_per_class, hidden, epochs, grid, error, device) for s in seeds]
+    runs = [_one_seed(s, n_train_per_class, n_test_per_class, hidden, epochs, grid, error, device, depth, lr)
+            for s in seeds]
     accuracy = [acc for _, acc in runs]
     return {name: _best(name, [r for r, _ in runs], accuracy) for name in grid}
 
@@ -206,3 +230,66 @@ def _best(name: str, runs: list[dict[str, list[tuple[dict[str, float], float]]]]
         "grid": [(pt, float(m)) for pt, m in zip(points, means)],
         "accuracy": accuracy,
     }
+
+
+#: A smaller grid than :data:`DEFAULT_GRID` (integer gamma, Euclidean gBS): one of the
+#: "grid-searched hyper-parameters" a reader might have used instead.
+NARROW_GRID: dict[str, dict[str, tuple[float, ...]]] = {
+    "FL": {"gamma": (1.0, 2.0, 3.0)},
+    "DFL": {"gamma": (1.0, 2.0, 3.0)},
+    "gBS": {"gamma": (1.0, 2.0, 3.0), "norm": (2.0,)},
+}
+
+
+def ordering(r: dict[str, float]) -> str:
+    """The weights sorted by decreasing correlation, e.g. ``"gBS > DFL > FL"``."""
+    return " > ".join(sorted(r, key=lambda n: -r[n]))
+
+
+def _mean_best(per_seed: list[dict[str, list[tuple[dict[str, float], float]]]]) -> dict[str, float]:
+    """Best grid point by mean r over seeds, per weight (as :func:`toy_weight_correlation`)."""
+    out = {}
+    for name in per_seed[0]:
+        table = np.array([[r for _, r in run[name]] for run in per_seed])
+        out[name] = float(np.nanmax(np.nanmean(table, axis=0)))
+    return out
+
+
+def toy_ordering_study(networks: Sequence[dict[str, int | float]], seeds: Iterable[int] = (0, 1, 2),
+                       errors: Sequence[str] = ERRORS,
+                       grids: dict[str, dict[str, dict[str, Sequence[float]]]] | None = None,
+                       n_train_per_class: int = 2000, n_test_per_class: int = 400,
+                       device: torch.device | str | None = None) -> list[dict[str, Any]]:
+    """Which open choices of Lin et al. (2024, §4.3) change the ranking of the weights?
+
+    For each network setting in ``networks`` (keyword arguments of
+    :func:`toy_predictions`: ``hidden``, ``depth``, ``epochs``, ``lr``) and each seed,
+    train once; then for each definition of the error in ``errors`` and each grid in
+    ``grids`` (default: ``{"default": DEFAULT_GRID, "narrow": NARROW_GRID}``) compute the
+    best mean correlation of FL, DFL and gBS over the seeds and their ordering. Returns one
+    row per (network, error, grid): the network's settings, ``error``, ``grid``, ``FL``,
+    ``DFL``, ``gBS`` (mean best r), ``order``, ``paper_order`` (whether it is the paper's
+    ``gBS > DFL > FL``) and ``accuracy`` (mean test accuracy).
+    """
+    seeds = [check_positive_int(s, "seeds", minimum=0) for s in seeds]
+    if not seeds:
+        raise ValueError("seeds must hold at least one seed")
+    if not networks:
+        raise ValueError("networks must hold at least one setting")
+    for e in errors:
+        if e not in ERRORS:
+            raise ValueError(f"errors must be some of {ERRORS}, got {e!r}")
+    grids = {"default": DEFAULT_GRID, "narrow": NARROW_GRID} if grids is None else grids
+    grids = {k: _check_grid(g) for k, g in grids.items()}
+    paper_order = ordering(PAPER_TOY_CORRELATION)
+    rows = []
+    for net in networks:
+        runs = [toy_predictions(s, n_train_per_class, n_test_per_class, device=device, **net) for s in seeds]
+        acc = float(np.mean([float((p.argmax(1) == y).double().mean()) for p, y, _ in runs]))
+        for error in errors:
+            for gname, grid in grids.items():
+                best = _mean_best([weight_correlations(p, y, e, grid, error) for p, y, e in runs])
+                order = ordering(best)
+                rows.append({**net, "error": error, "grid": gname, **best, "order": order,
+                             "paper_order": order == paper_order, "accuracy": acc})
+    return rows

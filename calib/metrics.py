@@ -52,6 +52,8 @@ __all__ = [
     "summary",
     "NLL_EPS",
     "FIG5_BINS",
+    "forecast_groups",
+    "brier_decomposition",
 ]
 
 Tensor = torch.Tensor
@@ -660,4 +662,67 @@ def summary(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> dict[str, 
         "adaece": _adaece_from(conf, correct, n_bins),
         "classwise_ece": _classwise(p, y, n_bins, "right"),
         "mce": _mce_from(idx, correct, conf, n_bins),
+    }
+
+
+# --------------------------------------------------------------------------- Brier decomposition
+
+
+def forecast_groups(probs: ArrayLike, n_bins: int | None = None) -> tuple[Tensor, Tensor]:
+    """Group the rows of ``probs``: ``(inverse, counts)`` with ``inverse[i]`` the group of row i.
+
+    ``n_bins=None``: one group per distinct probability vector (exact, for forecasts that
+    take finitely many values). ``n_bins=M``: one group per occupied cell of the regular
+    grid with ``M`` equal-width bins ``[j/M, (j+1)/M)`` per class (1 in the last bin).
+    """
+    p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL).detach()
+    if n_bins is None:
+        keys = p.double()
+    else:
+        m = check_positive_int(n_bins, "n_bins")
+        keys = (p.double() * m).floor().clamp_(0, m - 1).long()
+    _, inverse, counts = torch.unique(keys, dim=0, return_inverse=True, return_counts=True)
+    return inverse, counts
+
+
+def brier_decomposition(probs: ArrayLike, labels: ArrayLike, n_bins: int | None = None) -> dict[str, float]:
+    """Murphy's decomposition ``brier = reliability - resolution + uncertainty``.
+
+    Group the forecasts (:func:`forecast_groups`); for group ``g`` with weight
+    ``w_g = |g|/N``, mean forecast ``pbar_g`` and label frequencies ``obar_g``, and overall
+    label frequencies ``obar`` (Murphy 1973; DeGroot & Fienberg 1983)::
+
+        reliability = sum_g w_g ||pbar_g - obar_g||^2      (calibration; 0 when calibrated)
+        resolution  = sum_g w_g ||obar_g - obar||^2        (how much the groups differ)
+        uncertainty = sum_k obar_k (1 - obar_k)            (the labels alone)
+
+    ``refinement = uncertainty - resolution`` is DeGroot and Fienberg's second term. With
+    ``n_bins=None`` the groups are the distinct probability vectors and the identity is
+    exact (to rounding). With ``n_bins`` the groups are cells of a grid with ``n_bins``
+    bins per class, ``pbar_g`` is the mean forecast of a cell, and the identity is only
+    approximate: ``brier`` (always the plain Brier score of ``probs``) differs from
+    ``reliability - resolution + uncertainty`` by within-cell spread terms that vanish as
+    the cells shrink. Returns floats ``brier``, ``reliability``, ``resolution``,
+    ``uncertainty``, ``refinement``.
+    """
+    p, y = _inputs(probs, labels)
+    inverse, counts = forecast_groups(p, n_bins)
+    n, k = p.shape
+    p64 = p.double()
+    onehot = torch.zeros(n, k, dtype=torch.float64, device=p.device)
+    onehot[torch.arange(n, device=p.device), y] = 1.0
+    cnt = counts.to(torch.float64)[:, None]
+    pbar = torch.zeros(len(counts), k, dtype=torch.float64, device=p.device).index_add_(0, inverse, p64) / cnt
+    obar_g = torch.zeros_like(pbar).index_add_(0, inverse, onehot) / cnt
+    obar = onehot.mean(0)
+    w = cnt[:, 0] / n
+    reliability = float((w * (pbar - obar_g).pow(2).sum(1)).sum())
+    resolution = float((w * (obar_g - obar).pow(2).sum(1)).sum())
+    uncertainty = float((obar * (1 - obar)).sum())
+    return {
+        "brier": _brier(p, y),
+        "reliability": reliability,
+        "resolution": resolution,
+        "uncertainty": uncertainty,
+        "refinement": uncertainty - resolution,
     }

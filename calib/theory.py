@@ -6,17 +6,20 @@ algebra and numerically where it cannot, so the chapters *show* the objects and
 derive it: formulas quoted from a paper appear only as the thing a derivation is
 compared against.
 
-Sections (seed numbers refer to ``../shared/seeds/``):
+Sections (papers by author and year, as in the book):
 
-* Focal loss as entropy regularisation (004 App. A, 002 Thm 2): Bernoulli's inequality,
+* Focal loss as entropy regularisation (Mukhoti et al. 2020, App. A, student report 2021, Thm 2): Bernoulli's inequality,
   the bound chain ``L_f >= L_CE - gamma H(p) = KL(q||p) + H(q) - gamma H(p)``, and the
-  binary optimum of 004 Fig. A.1.
-* The gradient factor ``g(p, gamma)`` (000 §4.1), its peak ``p0``, the ``g = 1``
+  binary optimum of Mukhoti et al. 2020, Fig. A.1.
+* The gradient factor ``g(p, gamma)`` (Lin et al. 2024, §4.1), its peak ``p0``, the ``g = 1``
   crossing, and the Lambert-W schedule behind FLSD-53.
-* The Brier identity (000 Eq. 12 and App. 8).
-* The BSCE-GRA optimum (000 App. 9) and the fixed point of gradient weighting when the
+* The Brier identity (Lin et al. 2024, Eq. 12 and App. 8). Its decompositions (Murphy; reliability +
+  grouping loss) and proper scoring rules are in :mod:`calib.scoring`; focal bounds for
+  every ``gamma >= 0`` in :mod:`calib.focal_bounds`; the GRA update field (curl,
+  stability, inverse map) in :mod:`calib.gra_field`.
+* The BSCE-GRA optimum (Lin et al. 2024, App. 9) and the fixed point of gradient weighting when the
   weight uses the one-hot label.
-* 002 Theorem 1 (scaling logits by ``t > 1`` sharpens the top probability) and 003 Eq. (1)
+* student report 2021, Theorem 1 (scaling logits by ``t > 1`` sharpens the top probability) and Wang et al. 2021, Eq. (1)
   (label smoothing is CE plus a CE against the uniform distribution).
 """
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "gradient_factor_slope",
     "gradient_factor_peak",
     "gradient_factor_unit_crossing",
+    "true_logit_push_peak",
     "gradient_ratio",
     "lambert_gamma_derivation",
     "lambert_gamma",
@@ -71,7 +75,7 @@ __all__ = [
     "fit_constant_logits",
     "fit_linear_logits",
     "simplex_slice",
-    # 002 Theorem 1, 003 Eq. (1)
+    # student report 2021, Theorem 1, Wang et al. 2021, Eq. (1)
     "temperature_sharpening_proof",
     "top_probability",
     "label_smoothing_identity",
@@ -158,7 +162,7 @@ def _check_distribution(x: ArrayLike, name: str, *, positive: bool = False) -> t
 def bernoulli_inequality_proof() -> Derivation:
     """Bernoulli's inequality ``(1 - p)^gamma >= 1 - gamma p`` for ``gamma >= 1``, ``p in [0, 1]``.
 
-    The first step of the focal entropy bound (004 App. A; 002 Thm 2, Eq. 4). Proof by
+    The first step of the focal entropy bound (Mukhoti et al. 2020, App. A; student report 2021, Thm 2, Eq. 4). Proof by
     sympy: the gap ``d(p) = (1-p)^gamma - (1 - gamma p)`` and its derivative vanish at
     ``p = 0``, and ``d''(p) = gamma (gamma - 1) (1 - p)^(gamma - 2) >= 0``. Writing
     ``gamma = 1 + m`` (``m >= 0``) and ``p = 1 - a`` (``a > 0``), sympy's assumption
@@ -174,7 +178,7 @@ def bernoulli_inequality_proof() -> Derivation:
     curvature = sp.diff(gap, p, 2)
     curvature_sub = sp.simplify(curvature.subs(gamma, 1 + m).subs(p, 1 - a))
     return Derivation(
-        "Bernoulli's inequality (004 App. A, 002 Thm 2)",
+        "Bernoulli's inequality (Mukhoti et al. 2020, App. A, student report 2021, Thm 2)",
         {
             "gap": gap,
             "gap_at_0": gap.subs(p, 0),
@@ -210,7 +214,7 @@ def kl_divergence(q: ArrayLike, p: ArrayLike) -> torch.Tensor:
 
 
 def focal_bound_chain(q: ArrayLike, p: ArrayLike, gamma: float) -> dict[str, torch.Tensor]:
-    """Each line of the focal entropy bound (004 App. A; 002 Thm 2, Eqs. 3-8), per row.
+    """Each line of the focal entropy bound (Mukhoti et al. 2020, App. A; student report 2021, Thm 2, Eqs. 3-8), per row.
 
     With target distribution ``q``, prediction ``p`` (strictly positive) and ``gamma >= 1``::
 
@@ -244,7 +248,7 @@ def focal_bound_chain(q: ArrayLike, p: ArrayLike, gamma: float) -> dict[str, tor
 
 
 def binary_focal_objective(x: ArrayLike, q: float, gamma: float) -> np.ndarray:
-    """The binary focal objective of 004 App. A, Fig. A.1.
+    """The binary focal objective of Mukhoti et al. 2020, App. A, Fig. A.1.
 
     ``F(x) = -(1 - x)^gamma q log x - x^gamma (1 - q) log(1 - x)`` for ``x in (0, 1)``: the
     focal loss of predicting ``x`` for class 1 when the label is class 1 with probability
@@ -264,13 +268,13 @@ def binary_focal_stationarity() -> Derivation:
     d_obj = sp.diff(objective, x)
     ce_roots = sp.solve(sp.Eq(sp.simplify(d_obj.subs(gamma, 0)), 0), x)
     return Derivation(
-        "Binary focal optimum (004 App. A, Fig. A.1)",
+        "Binary focal optimum (Mukhoti et al. 2020, App. A, Fig. A.1)",
         {"objective": objective, "derivative": d_obj, "cross_entropy_roots": sp.FiniteSet(*ce_roots)},
     )
 
 
 def binary_focal_optimum(q: ArrayLike, gamma: float) -> np.ndarray:
-    """``argmin_x F(x)`` of :func:`binary_focal_objective` for each ``q`` (004 Fig. A.1).
+    """``argmin_x F(x)`` of :func:`binary_focal_objective` for each ``q`` (Mukhoti et al. 2020, Fig. A.1).
 
     ``F`` has a single minimum on ``(0, 1)`` (checked on a fine grid in the tests); it is
     found with a bounded scalar minimiser. ``q`` may be an array; values in ``[0, 1]``.
@@ -297,7 +301,7 @@ def binary_focal_optimum(q: ArrayLike, gamma: float) -> np.ndarray:
 
 
 def gradient_factor_derivation() -> Derivation:
-    """``g(p, gamma)`` by sympy: ``dL_FL/dp`` divided by ``dL_CE/dp`` (000 §4.1, Fig. 1).
+    """``g(p, gamma)`` by sympy: ``dL_FL/dp`` divided by ``dL_CE/dp`` (Lin et al. 2024, §4.1, Fig. 1).
 
     With ``L_FL = -(1 - p)^gamma log p`` and ``L_CE = -log p`` (``p`` the true-class
     probability), both losses depend on the weights only through ``p``, so the chain rule
@@ -318,7 +322,7 @@ def gradient_factor_derivation() -> Derivation:
     slope = sp.diff(derived, p)
     peak_gamma1 = sp.solve(sp.Eq(sp.diff(derived.subs(gamma, 1), p), 0), p)
     return Derivation(
-        "Gradient factor g(p, gamma) (000 §4.1)",
+        "Gradient factor g(p, gamma) (Lin et al. 2024, §4.1)",
         {
             "focal_loss": focal,
             "cross_entropy": ce,
@@ -341,7 +345,7 @@ def _slope_numeric() -> Callable[[np.ndarray, float], np.ndarray]:
 
 
 def gradient_factor(p: ArrayLike, gamma: float) -> np.ndarray:
-    """``g(p, gamma) = (1 - p)^gamma - gamma p (1 - p)^(gamma - 1) log p`` (000 §4.1).
+    """``g(p, gamma) = (1 - p)^gamma - gamma p (1 - p)^(gamma - 1) log p`` (Lin et al. 2024, §4.1).
 
     The factor by which focal loss rescales the cross-entropy gradient of a sample whose
     true-class probability is ``p``. Evaluated with ``0 log 0 = 0`` so ``g(0) = 1``;
@@ -364,26 +368,51 @@ def gradient_factor_slope(p: ArrayLike, gamma: float) -> np.ndarray:
 
 
 def gradient_factor_peak(gamma: float) -> float:
-    """``p0(gamma) = argmax_p g(p, gamma)``: the root of ``dg/dp`` (000 §4.1).
+    """``p_star(gamma) = argmax_p g(p, gamma)``: the root of ``dg/dp`` (Lin et al. 2024, §4.1).
 
-    ``g`` rises on ``[0, p0]`` and falls on ``[p0, 1]``; ``dg/dp -> +inf`` as ``p -> 0``
-    and is negative at ``p = 1/2`` for ``gamma >= 1/2``, so the root is bracketed there.
+    ``g`` rises on ``[0, p_star]`` and falls on ``[p_star, 1]`` (checked on a grid of
+    ``gamma`` in ``(0, 30]`` in the tests). ``dg/dp -> +inf`` as ``p -> 0``; it is
+    negative at ``p = 1/2`` for ``gamma >= 1/2``, and for smaller ``gamma`` at some
+    ``p = 1 - 10^-k``, so the root is bracketed. ``gamma`` must be > 0 (``g = 1`` at 0).
     """
     g = _check_gamma(gamma)
-    if g < 0.5:
-        raise ValueError(f"gamma must be >= 0.5 for a peak inside (0, 1/2), got {g}")
+    if g <= 0:
+        raise ValueError("gamma must be > 0 (g is identically 1 at gamma = 0)")
     f = lambda x: float(gradient_factor_slope(x, g))  # noqa: E731
-    return float(optimize.brentq(f, 1e-12, 0.5, xtol=1e-15, rtol=1e-14))
+    upper = 0.5
+    for k in range(1, 15):
+        if f(upper) < 0:
+            break
+        upper = 1 - 10.0**-k
+    else:
+        raise RuntimeError(f"no sign change of dg/dp found for gamma = {g}")
+    return float(optimize.brentq(f, 1e-12, upper, xtol=1e-15, rtol=1e-14))
 
 
 def gradient_factor_unit_crossing(gamma: float) -> float:
-    """The ``p > p0`` where ``g(p, gamma) = 1``: above it, focal loss pushes less than CE."""
+    """The ``p > p_star`` where ``g(p, gamma) = 1``: above it, focal loss pushes less than CE."""
     g = _check_gamma(gamma)
     if g <= 0:
         raise ValueError("gamma must be > 0 (g is identically 1 at gamma = 0)")
     p0 = gradient_factor_peak(g)
     f = lambda x: float(gradient_factor(x, g)) - 1.0  # noqa: E731
     return float(optimize.brentq(f, p0, 1 - 1e-12, xtol=1e-15, rtol=1e-14))
+
+
+def true_logit_push_peak(gamma: float) -> float:
+    """``argmax_p g(p, gamma) (1 - p)``: where focal loss pushes the true logit hardest.
+
+    ``-dL_FL/dz_y = g(p, gamma) (1 - p)`` (CE: ``1 - p``); it peaks at a smaller ``p``
+    than ``g`` itself (:func:`gradient_factor_peak`). Bounded scalar maximisation on
+    ``[0, p_star]`` (beyond ``p_star`` both factors fall).
+    """
+    g = _check_gamma(gamma)
+    if g <= 0:
+        raise ValueError("gamma must be > 0 (for gamma = 0 the push 1 - p peaks at p = 0)")
+    hi = gradient_factor_peak(g)
+    res = optimize.minimize_scalar(lambda x: -float(gradient_factor([x], g)[0]) * (1 - x), bounds=(0.0, hi),
+                                   method="bounded", options={"xatol": 1e-12})
+    return float(res.x)
 
 
 def gradient_ratio(
@@ -397,8 +426,8 @@ def gradient_ratio(
     ``loss_fn(logits, targets)`` and ``reference_fn(logits, targets)`` must return the
     *sum* over samples (or per-sample values, which are summed), so row ``i`` holds
     ``d loss_i / d z_i`` divided by ``d ref_i / d z_i``. For focal vs cross-entropy every
-    entry of row ``i`` equals ``g(p_{i,y_i}, gamma)`` (000 §4.1); for a gradient-weighted
-    loss vs cross-entropy it equals the detached weight ``u_i`` (000 Eq. 9).
+    entry of row ``i`` equals ``g(p_{i,y_i}, gamma)`` (Lin et al. 2024, §4.1); for a gradient-weighted
+    loss vs cross-entropy it equals the detached weight ``u_i`` (Lin et al. 2024, Eq. 9).
     """
     z = as_tensor(logits, "logits").to(torch.float64)
     if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] < 2:
@@ -415,7 +444,7 @@ def gradient_ratio(
 
 
 def lambert_gamma_derivation() -> Derivation:
-    """The Lambert-W schedule of focal loss (004, NeurIPS version §4; cited by 001 §3).
+    """The Lambert-W schedule of focal loss (Mukhoti et al. 2020, NeurIPS version §4; cited by Wang & Golebiowski 2024, §3).
 
     FLSD picks, for a threshold ``p0``, the ``gamma`` at which the focal gradient of a sample
     with true-class probability ``p0`` equals the CE gradient: ``g(p0, gamma) = 1``. Then
@@ -449,7 +478,7 @@ def lambert_gamma_derivation() -> Derivation:
     u_branch = u_principal[0].replace(sp.LambertW, lambda arg, *rest: sp.LambertW(arg, k))
     gamma_branch = gamma_of_u.subs(u, u_branch).subs({a: 1 - p0, c: sp.log(1 - p0) / (p0 * sp.log(p0))})
     return Derivation(
-        "Lambert-W schedule: g(p0, gamma) = 1 (004)",
+        "Lambert-W schedule: g(p0, gamma) = 1 (Mukhoti et al. 2020)",
         {
             "equation": equation,
             "u_definition": sp.Eq(u, u_def),
@@ -471,7 +500,7 @@ def _lambert_gamma_expr() -> tuple[sp.Symbol, sp.Symbol, sp.Expr]:
 
 
 def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np.ndarray:
-    """``gamma`` solving ``g(p0, gamma) = 1``: the Lambert-W schedule of focal loss (004).
+    """``gamma`` solving ``g(p0, gamma) = 1``: the Lambert-W schedule of focal loss (Mukhoti et al. 2020).
 
     ``gamma = (z + W_k(-z e^{-z})) / log(1 - p0)`` with
     ``z = (1 - p0) log(1 - p0) / (p0 log p0)``; ``k = -1`` is the non-trivial branch
@@ -495,7 +524,7 @@ def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np
 
 
 def flsd53_gamma(p: ArrayLike) -> np.ndarray:
-    """The FLSD-53 rule (004; restated in 000 App. 11): ``gamma = 5`` if ``p < 0.2`` else ``3``."""
+    """The FLSD-53 rule (Mukhoti et al. 2020; restated in Lin et al. 2024, App. 11): ``gamma = 5`` if ``p < 0.2`` else ``3``."""
     ps = _check_unit(p, "p")
     return np.where(ps < 0.2, 5.0, 3.0)
 
@@ -511,7 +540,7 @@ def _brier_sides(p: Sequence[sp.Expr], eta: Sequence[sp.Expr]) -> tuple[sp.Expr,
 
 
 def brier_identity(num_classes: int) -> Derivation:
-    """000 Eq. 12 for a fixed ``K``: ``E_{y~eta} ||p - y||^2 = ||p - eta||^2 + sum eta_k (1 - eta_k)``.
+    """Lin et al. 2024, Eq. 12 for a fixed ``K``: ``E_{y~eta} ||p - y||^2 = ||p - eta||^2 + sum eta_k (1 - eta_k)``.
 
     The expectation is written out as ``sum_j eta_j ||p - e_j||^2`` with symbols ``p_k``,
     ``eta_k``; the last ``eta_K`` is eliminated by ``sum eta = 1``. ``residual`` (expected
@@ -525,10 +554,10 @@ def brier_identity(num_classes: int) -> Derivation:
     residual = sp.expand((expected - rhs).subs(constraint))
     residual_free = sp.expand(expected - rhs)
     return Derivation(
-        f"Brier identity, K = {K} (000 Eq. 12)",
+        f"Brier identity, K = {K} (Lin et al. 2024, Eq. 12)",
         {
             "expected_brier": expected,
-            "calibration_plus_irreducible": rhs,
+            "distance_plus_irreducible": rhs,
             "residual_without_constraint": residual_free,
             "residual": residual,
         },
@@ -536,7 +565,7 @@ def brier_identity(num_classes: int) -> Derivation:
 
 
 def brier_identity_coordinate() -> Derivation:
-    """000 App. 8, one coordinate at a time: the proof for every ``K`` at once.
+    """Lin et al. 2024, App. 8, one coordinate at a time: the proof for every ``K`` at once.
 
     ``y_k ~ Bernoulli(eta_k)`` marginally, so ``E (p_k - y_k)^2 = (1 - eta_k) p_k^2 +
     eta_k (p_k - 1)^2``; ``residual`` against ``(p_k - eta_k)^2 + eta_k (1 - eta_k)`` must
@@ -546,13 +575,13 @@ def brier_identity_coordinate() -> Derivation:
     expected = (1 - eta) * (p - 0) ** 2 + eta * (p - 1) ** 2
     rhs = (p - eta) ** 2 + eta * (1 - eta)
     return Derivation(
-        "Brier identity per coordinate (000 App. 8)",
+        "Brier identity per coordinate (Lin et al. 2024, App. 8)",
         {"expected": expected, "rhs": rhs, "residual": sp.expand(expected - rhs)},
     )
 
 
 def brier_identity_indexed() -> Derivation:
-    """000 Eq. 12 for symbolic ``K`` with sympy's indexed sums.
+    """Lin et al. 2024, Eq. 12 for symbolic ``K`` with sympy's indexed sums.
 
     ``E ||p - y||^2 = sum_j eta_j sum_k (p_k - delta_jk)^2``; sympy evaluates the inner
     sum with a Kronecker delta (refined under ``j <= K``), and ``residual`` minus the
@@ -574,13 +603,13 @@ def brier_identity_indexed() -> Derivation:
     diff = sp.simplify(diff)
     residual = sp.simplify(diff.subs({sp.Sum(E[j], (j, 1, K)): 1, sp.Sum(E[k], (k, 1, K)): 1}))
     return Derivation(
-        "Brier identity, symbolic K (000 Eq. 12)",
+        "Brier identity, symbolic K (Lin et al. 2024, Eq. 12)",
         {"inner_sum": inner, "expected_brier": expected, "rhs": rhs, "residual": residual},
     )
 
 
 def expected_brier(p: ArrayLike, eta: ArrayLike) -> torch.Tensor:
-    """``E_{y~eta} ||p - y||^2 = sum_j eta_j ||p - e_j||^2`` per row, float64 (000 Eq. 12, left)."""
+    """``E_{y~eta} ||p - y||^2 = sum_j eta_j ||p - e_j||^2`` per row, float64 (Lin et al. 2024, Eq. 12, left)."""
     pt = _check_distribution(p, "p")
     et = _check_distribution(eta, "eta")
     if pt.shape != et.shape:
@@ -591,12 +620,20 @@ def expected_brier(p: ArrayLike, eta: ArrayLike) -> torch.Tensor:
 
 
 def brier_decomposition(p: ArrayLike, eta: ArrayLike) -> dict[str, torch.Tensor]:
-    """The right side of 000 Eq. 12: ``calibration = ||p - eta||^2``, ``irreducible = sum eta(1-eta)``."""
+    """The right side of Lin et al. 2024, Eq. 12, per row: ``distance_to_eta = ||p - eta||^2`` and
+    ``irreducible = sum eta (1 - eta)``.
+
+    ``||p - eta||^2`` is the squared distance to the true posterior, *not* the calibration
+    error: a constant forecast ``E[eta]`` is calibrated and still far from ``eta``. It
+    splits into reliability plus grouping loss (:func:`calib.scoring.known_posterior_decomposition`);
+    the Brier score of a sample splits as reliability - resolution + uncertainty
+    (:func:`calib.metrics.brier_decomposition`).
+    """
     pt = _check_distribution(p, "p")
     et = _check_distribution(eta, "eta")
     if pt.shape != et.shape:
         raise ValueError(f"p and eta must have the same shape, got {tuple(pt.shape)} and {tuple(et.shape)}")
-    return {"calibration": ((pt - et) ** 2).sum(1), "irreducible": (et * (1 - et)).sum(1)}
+    return {"distance_to_eta": ((pt - et) ** 2).sum(1), "irreducible": (et * (1 - et)).sum(1)}
 
 
 def monte_carlo_brier(p: ArrayLike, eta: ArrayLike, n_samples: int, *, seed: int = 0) -> torch.Tensor:
@@ -616,7 +653,7 @@ def monte_carlo_brier(p: ArrayLike, eta: ArrayLike, n_samples: int, *, seed: int
 
 
 def paper_lagrangian_optimum(num_classes: int = 3) -> Derivation:
-    """000 App. 9, Eq. 18: the Lagrangian with the *detached* weight ``C = ||q - eta||^2``.
+    """Lin et al. 2024, App. 9, Eq. 18: the Lagrangian with the *detached* weight ``C = ||q - eta||^2``.
 
     ``L = C (-sum eta_i log q_i) + mu (sum q_i - 1)``. Treating ``C`` as a constant
     (``> 0``), sympy solves ``dL/dq_i = 0`` together with the constraint; the solution is
@@ -632,7 +669,7 @@ def paper_lagrangian_optimum(num_classes: int = 3) -> Derivation:
     solution = sp.solve(equations, list(q) + [mu], dict=True)
     residual = [sp.simplify(solution[0][qi] - e) for qi, e in zip(q, eta)] if len(solution) == 1 else None
     return Derivation(
-        "BSCE-GRA Lagrangian with the weight ||q - eta||^2 (000 App. 9)",
+        "BSCE-GRA Lagrangian with the weight ||q - eta||^2 (Lin et al. 2024, App. 9)",
         {
             "lagrangian": lagrangian,
             "stationarity": sp.Tuple(*equations),
@@ -645,7 +682,7 @@ def paper_lagrangian_optimum(num_classes: int = 3) -> Derivation:
 def gra_fixed_point_derivation(num_classes: int = 3) -> Derivation:
     """The fixed point of gradient weighting when the weight uses the one-hot label.
 
-    The implemented loss (000 Eq. 9/14) scales the CE gradient of a sample with label ``y``
+    The implemented loss (Lin et al. 2024, Eq. 9/14) scales the CE gradient of a sample with label ``y``
     by ``u(q, e_y)``, detached. Averaged over ``y ~ eta`` the logit gradient is
     ``G_j = sum_k eta_k w_k d(-log softmax(z)_k)/dz_j`` with ``w_k = u(q, e_k)`` held fixed.
     sympy differentiates it (step ``gradient``), and shows that it vanishes when
@@ -707,7 +744,7 @@ def gra_weight(name: str, **kwargs: float) -> WeightFn:
     """A weight ``u(probs, targets) -> (N,)`` from :mod:`calib.uncertainty` by name.
 
     ``"ce"`` (``u = 1``), ``"fl"`` (``u_FL``, kwarg ``gamma``), ``"dfl"`` (``u_DFL``,
-    ``gamma``), ``"gbs"`` (``u_gBS``, ``gamma`` and ``norm``; 000 Eq. 11).
+    ``gamma``), ``"gbs"`` (``u_gBS``, ``gamma`` and ``norm``; Lin et al. 2024, Eq. 11).
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -727,7 +764,7 @@ def gra_weight(name: str, **kwargs: float) -> WeightFn:
 
 def gra_label_weights(weight: WeightFn | str, q: ArrayLike, **weight_kwargs: float) -> torch.Tensor:
     """``u(q, e_k)`` for every class ``k`` (float64 ``(K,)``): the weight a sample with
-    prediction ``q`` would get if its label were ``k`` (000 Eq. 9 with a one-hot label).
+    prediction ``q`` would get if its label were ``k`` (Lin et al. 2024, Eq. 9 with a one-hot label).
 
     ``weight`` is a callable ``u(probs, targets)`` or a name for :func:`gra_weight`.
     """
@@ -852,7 +889,7 @@ def fit_linear_logits(
 ) -> torch.nn.Linear:
     """Train a linear model ``z = W x + b`` (zero start) on ``(x, targets)``; return it (float64).
 
-    The fixed point on data whose posterior is known (000 §4.3 toy data): for a mixture of
+    The fixed point on data whose posterior is known (Lin et al. 2024, §4.3 toy data): for a mixture of
     two Gaussians with a shared isotropic covariance, the true log-odds
     ``log(eta_1/eta_2)`` are linear in ``x``, and so is the binary GRA fixed point
     ``log(q_1/q_2) = log(eta_1/eta_2) / (1 + gamma)`` (:func:`binary_gra_fixed_point_derivation`).
@@ -883,7 +920,7 @@ def fit_linear_logits(
 
 
 def simplex_slice(resolution: int, *, fixed: float = 0.1, num_classes: int = 4) -> tuple[torch.Tensor, np.ndarray]:
-    """Grid on a 2-D slice of the ``K``-class simplex (000 Fig. 2 uses ``K = 4``).
+    """Grid on a 2-D slice of the ``K``-class simplex (Lin et al. 2024, Fig. 2 uses ``K = 4``).
 
     Classes ``3..K-1`` hold ``fixed / (K - 3)`` each; classes 0, 1, 2 share the remaining
     mass on a triangular grid with ``resolution + 1`` points per edge. Returns float64
@@ -905,17 +942,17 @@ def simplex_slice(resolution: int, *, fixed: float = 0.1, num_classes: int = 4) 
     return torch.as_tensor(probs, dtype=torch.float64), coords
 
 
-# =========================================================================== 002 Thm 1, 003 Eq. 1
+# =========================================================================== student report 2021, Thm 1, Wang et al. 2021, Eq. 1
 
 
 def temperature_sharpening_proof(num_classes: int = 3) -> Derivation:
-    """002 Theorem 1: for logits with ``f_1`` the largest, ``softmax(t f)_1`` grows with ``t``.
+    """student report 2021, Theorem 1: for logits with ``f_1`` the largest, ``softmax(t f)_1`` grows with ``t``.
 
     sympy computes ``d/dt log softmax(t f)_1`` and shows it equals
     ``sum_j s_j (f_1 - f_j)`` (``s = softmax(t f)``; step ``difference`` is 0). Writing
     ``f_j = f_1 - d_j`` with ``d_j >= 0``, sympy's assumptions decide that the derivative
     is non-negative (step ``derivative_nonnegative``); so for ``t > 1`` the top probability
-    is at least its value at ``t = 1``. Also checked: 002's own rewriting with ``t = 1 + s``.
+    is at least its value at ``t = 1``. Also checked: the student report's own rewriting with ``t = 1 + s``.
     """
     K = check_positive_int(num_classes, "num_classes", minimum=2)
     f = sp.symbols(f"f_1:{K + 1}", real=True)
@@ -932,7 +969,7 @@ def temperature_sharpening_proof(num_classes: int = 3) -> Derivation:
     rewrite = sp.exp(f[0]) / sum(sp.exp(fj) * sp.exp(s * (fj - f[0])) for fj in f)
     rewrite_check = sp.simplify(top.subs(t, 1 + s) - rewrite)
     return Derivation(
-        "002 Theorem 1: scaling logits by t > 1 raises the top probability",
+        "student report 2021, Theorem 1: scaling logits by t > 1 raises the top probability",
         {
             "top_probability": top,
             "dlog_dt": sp.simplify(dlog),
@@ -945,7 +982,7 @@ def temperature_sharpening_proof(num_classes: int = 3) -> Derivation:
 
 
 def top_probability(logits: ArrayLike, t: float | ArrayLike = 1.0) -> torch.Tensor:
-    """``max_k softmax(t z)_k`` per row (002 Thm 1; ``t = 1/T`` in temperature scaling)."""
+    """``max_k softmax(t z)_k`` per row (student report 2021, Thm 1; ``t = 1/T`` in temperature scaling)."""
     z = as_tensor(logits, "logits").to(torch.float64)
     if z.ndim != 2 or z.shape[0] == 0 or z.shape[1] < 2:
         raise ValueError(f"logits must have shape (N, K) with N >= 1, K >= 2, got {tuple(z.shape)}")
@@ -960,12 +997,12 @@ def top_probability(logits: ArrayLike, t: float | ArrayLike = 1.0) -> torch.Tens
 
 
 def label_smoothing_identity(num_classes: int = 3) -> Derivation:
-    """003 Eq. (1): ``CE(y_tilde, f) = (1 - eps) CE(y, f) + eps CE(u, f)``, ``y_tilde = (1-eps) y + eps/K``.
+    """Wang et al. 2021, Eq. (1): ``CE(y_tilde, f) = (1 - eps) CE(y, f) + eps CE(u, f)``, ``y_tilde = (1-eps) y + eps/K``.
 
     CE is linear in its target, so the identity holds for any target vector ``y``;
-    ``residual`` must expand to 0. ``conventions`` solves for the 004 smoothing strength
+    ``residual`` must expand to 0. ``conventions`` solves for the Mukhoti et al. 2020 smoothing strength
     ``alpha`` (``s = (1 - alpha) y + alpha (1 - y)/(K - 1)``) that gives the same soft
-    label as 003's ``eps``: ``alpha = eps (K - 1) / K``.
+    label as Wang et al.'s ``eps``: ``alpha = eps (K - 1) / K``.
     """
     K = check_positive_int(num_classes, "num_classes", minimum=2)
     eps, alpha = sp.symbols("epsilon alpha", positive=True)
@@ -985,7 +1022,7 @@ def label_smoothing_identity(num_classes: int = 3) -> Derivation:
     alpha_sol = sp.solve(sp.Eq(s_004[1], s_003[1]), alpha)
     agree = [sp.simplify(a.subs(alpha, alpha_sol[0]) - b) for a, b in zip(s_004, s_003)]
     return Derivation(
-        "003 Eq. (1): label smoothing = (1 - eps) CE + eps CE(uniform)",
+        "Wang et al. 2021, Eq. (1): label smoothing = (1 - eps) CE + eps CE(uniform)",
         {
             "smoothed_ce": lhs,
             "decomposed": rhs,

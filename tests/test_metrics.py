@@ -521,3 +521,104 @@ def test_half_precision_inputs_are_promoted():
     )
     edges = torch.linspace(0, 1, 101, dtype=c.dtype)[1:-1]
     assert torch.equal(M._bin_index(c, 100, "right").long(), torch.bucketize(c, edges))
+
+
+# ----------------------------------------------------------------------------- Brier decomposition
+
+
+def _finite_forecast(n: int, k: int, n_values: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A forecast taking ``n_values`` distinct probability vectors, with random labels."""
+    g = torch.Generator().manual_seed(seed)
+    values = torch.softmax(2 * torch.randn(n_values, k, dtype=torch.float64, generator=g), 1)
+    idx = torch.randint(0, n_values, (n,), generator=g)
+    return values[idx], torch.randint(0, k, (n,), generator=g)
+
+
+@PROPS
+@given(n=st.integers(1, 300), k=st.integers(2, 6), n_values=st.integers(1, 8), seed=st.integers(0, 10_000))
+def test_brier_decomposition_is_exact_for_finitely_many_forecasts(n, k, n_values, seed):
+    p, y = _finite_forecast(n, k, n_values, seed)
+    d = M.brier_decomposition(p, y)
+    assert d["brier"] == pytest.approx(M.brier_score(p, y), abs=1e-12)
+    assert d["brier"] == pytest.approx(d["reliability"] - d["resolution"] + d["uncertainty"], abs=1e-12)
+    assert d["refinement"] == pytest.approx(d["uncertainty"] - d["resolution"], abs=1e-15)
+    assert d["reliability"] >= 0 and d["resolution"] >= 0 and d["uncertainty"] >= 0
+
+
+def test_brier_decomposition_hand_computed():
+    # two forecast values; group A: 0.8 for class 0, labels 0,0,1; group B: 0.3, labels 1
+    p = torch.tensor([[0.8, 0.2]] * 3 + [[0.3, 0.7]], dtype=torch.float64)
+    y = torch.tensor([0, 0, 1, 1])
+    d = M.brier_decomposition(p, y)
+    rel = 0.75 * 2 * (0.8 - 2 / 3) ** 2 + 0.25 * 2 * 0.3 ** 2
+    obar = 0.5
+    res = 0.75 * 2 * (2 / 3 - obar) ** 2 + 0.25 * 2 * (0 - obar) ** 2
+    assert d["reliability"] == pytest.approx(rel, abs=1e-12)
+    assert d["resolution"] == pytest.approx(res, abs=1e-12)
+    assert d["uncertainty"] == pytest.approx(0.5, abs=1e-12)
+
+
+def test_brier_decomposition_climatology_has_no_reliability_or_resolution():
+    g = torch.Generator().manual_seed(3)
+    y = torch.randint(0, 4, (1000,), generator=g)
+    freq = torch.bincount(y, minlength=4).double() / 1000
+    d = M.brier_decomposition(freq.expand(1000, 4), y)
+    assert d["reliability"] == pytest.approx(0.0, abs=1e-15)
+    assert d["resolution"] == pytest.approx(0.0, abs=1e-15)
+    assert d["brier"] == pytest.approx(d["uncertainty"], abs=1e-12)
+    assert d["uncertainty"] == pytest.approx(float((freq * (1 - freq)).sum()), abs=1e-15)
+
+
+def test_brier_decomposition_perfect_forecast_has_full_resolution():
+    y = torch.tensor([0, 1, 2, 1, 0])
+    p = torch.nn.functional.one_hot(y, 3).double()
+    d = M.brier_decomposition(p, y)
+    assert d["brier"] == 0 and d["reliability"] == 0
+    assert d["resolution"] == pytest.approx(d["uncertainty"], abs=1e-15)
+
+
+def test_brier_decomposition_binned_is_approximate_and_converges():
+    p, y = random_probs(20_000, 3, 5, sharp=1.0)
+    exact_brier = M.brier_score(p, y)
+    gaps = []
+    for m in (2, 5, 20):
+        d = M.brier_decomposition(p, y, n_bins=m)
+        assert d["brier"] == pytest.approx(exact_brier, abs=1e-12)
+        gaps.append(abs(d["reliability"] - d["resolution"] + d["uncertainty"] - d["brier"]))
+    assert gaps[0] > 1e-4  # coarse cells: the identity does not hold
+    assert gaps[-1] < gaps[0] and gaps[-1] < 5e-3
+    # with one cell per distinct vector (n_bins=None) every continuous forecast is its own group
+    d = M.brier_decomposition(p, y)
+    assert d["brier"] == pytest.approx(d["reliability"] - d["resolution"] + d["uncertainty"], abs=1e-10)
+
+
+def test_forecast_groups():
+    p = torch.tensor([[0.5, 0.5], [0.2, 0.8], [0.5, 0.5], [0.25, 0.75]])
+    inv, counts = M.forecast_groups(p)
+    assert counts.tolist() == [1, 1, 2] and inv[0] == inv[2]
+    inv, counts = M.forecast_groups(p, n_bins=2)
+    assert sorted(counts.tolist()) == [2, 2]
+    assert inv[1] == inv[3] and inv[0] == inv[2]
+
+
+@pytest.mark.parametrize(
+    "args, err, match",
+    [
+        ((torch.tensor([[0.5, 0.6]]), torch.tensor([0])), ValueError, "sum to 1"),
+        ((torch.tensor([[2.0, -1.0]]), torch.tensor([0])), ValueError, "probs"),
+        ((torch.tensor([[0.5, 0.5]]), torch.tensor([2])), ValueError, "labels"),
+        ((torch.tensor([[0.5, 0.5]]), torch.tensor([0.0])), TypeError, "labels"),
+        ((torch.tensor([[float("nan"), 0.5]]), torch.tensor([0])), ValueError, "probs"),
+        ((torch.zeros(0, 2), torch.zeros(0, dtype=torch.long)), ValueError, "probs"),
+    ],
+)
+def test_brier_decomposition_bad_input(args, err, match):
+    with pytest.raises(err, match=match):
+        M.brier_decomposition(*args)
+
+
+@pytest.mark.parametrize("n_bins, err", [(0, ValueError), (1.5, TypeError), (True, TypeError)])
+def test_brier_decomposition_bad_n_bins(n_bins, err):
+    p, y = random_probs(10, 3, 0)
+    with pytest.raises(err, match="n_bins"):
+        M.brier_decomposition(p, y, n_bins=n_bins)

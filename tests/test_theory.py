@@ -287,7 +287,7 @@ def test_brier_identity_numeric(seed, k):
     rng = np.random.default_rng(seed)
     p, eta = _random_simplex(rng, 5, k, 0.5), _random_simplex(rng, 5, k, 0.5)
     parts = theory.brier_decomposition(p, eta)
-    torch.testing.assert_close(theory.expected_brier(p, eta), parts["calibration"] + parts["irreducible"])
+    torch.testing.assert_close(theory.expected_brier(p, eta), parts["distance_to_eta"] + parts["irreducible"])
 
 
 def test_brier_identity_monte_carlo_with_metrics():
@@ -524,7 +524,7 @@ def test_label_smoothing_identity_matches_the_implemented_loss():
         (lambda: theory.binary_focal_optimum([0.5], float("inf")), "gamma must be"),
         (lambda: theory.binary_focal_objective([0.0], 0.5, 1.0), r"x must lie in \(0, 1\)"),
         (lambda: theory.gradient_factor([1.0], 0.5), "gamma >= 1"),
-        (lambda: theory.gradient_factor_peak(0.1), "gamma must be >= 0.5"),
+        (lambda: theory.gradient_factor_peak(0.0), "gamma must be > 0"),
         (lambda: theory.lambert_gamma([0.6]), r"p0 must lie in \(0, 1/2\)"),
         (lambda: theory.lambert_gamma([0.2], branch=1), "branch must be"),
         (lambda: theory.brier_identity(1), "num_classes must be >= 2"),
@@ -603,3 +603,268 @@ def test_figures_are_returned_not_shown():
 def test_figure_bad_input(call, err):
     with pytest.raises(err):
         call()
+
+
+# =========================================================================== issue 10 additions
+from calib import experiments, focal_bounds, gra_field, metrics, scoring  # noqa: E402
+
+# --------------------------------------------------------------------------- focal bounds, every gamma
+
+
+def test_exp_inequality_proof():
+    d = focal_bounds.exp_inequality_proof()
+    assert d["critical_points"] == sp.FiniteSet(0)
+    assert d["gap_at_0"] == 0 and d["curvature_positive"] == sp.true
+    assert d["rewritten"] == 0
+
+
+def test_log_product_bound_proof_and_grid():
+    d = focal_bounds.log_product_bound_proof()
+    assert d["series_gap_at_0"] == 0
+    p = sp.Symbol("p", positive=True)
+    assert sp.simplify(d["series_slope"] - p**2 / (2 * (1 - p) ** 2)) == 0
+    assert d["plogp_max_at"] == sp.FiniteSet(sp.exp(-1)) and d["plogp_max"] == sp.exp(-1)
+    assert float(d["plogp_max"]) < float(d["rhs_min_on_half"])
+    grid = np.concatenate([np.logspace(-12, -1, 500), np.linspace(0.1, 0.9, 2001), 1 - np.logspace(-12, -1, 500)])
+    assert focal_bounds.log_product_gap(grid).min() >= 0
+
+
+@pytest.mark.parametrize("gamma", [0.1, 0.5, 0.9, 1.0, 2.0, 3.0, 5.0])
+def test_focal_bounds_chain_every_gamma(gamma):
+    rng = np.random.default_rng(int(gamma * 10))
+    p = _random_simplex(rng, 2000, 6, 0.5).clamp_min(1e-9)
+    p = p / p.sum(1, keepdim=True)
+    y = torch.as_tensor(rng.integers(0, 6, 2000))
+    b = focal_bounds.focal_bounds_one_hot(p, y, gamma)
+    tol = 1e-10
+    assert bool((b["focal"] >= b["log_product"] - tol).all())
+    assert bool((b["log_product"] >= b["binary"] - tol).all())
+    assert bool((b["binary"] >= b["entropy"] - tol).all())
+    assert bool((b["holder_slack"] >= -tol).all())
+    if gamma >= 1:
+        assert bool((b["focal"] >= b["true_class"] - tol).all())
+        assert bool((b["true_class"] >= b["entropy"] - tol).all())
+        torch.testing.assert_close(b["true_class"] - b["entropy"], gamma * b["holder_slack"])
+    else:
+        assert bool((b["focal"] < b["true_class"] - 1e-6).any())  # the Bernoulli route fails below 1
+
+
+def test_true_class_bound_is_the_bernoulli_line_and_peaks_at_1_over_e():
+    rng = np.random.default_rng(0)
+    p = _random_simplex(rng, 50, 4, 1.0).clamp_min(1e-9)
+    p = p / p.sum(1, keepdim=True)
+    y = torch.as_tensor(rng.integers(0, 4, 50))
+    q = torch.nn.functional.one_hot(y, 4).double()
+    chain = theory.focal_bound_chain(q, p, 3.0)
+    torch.testing.assert_close(focal_bounds.focal_bounds_one_hot(p, y, 3.0)["true_class"], chain["bernoulli"])
+    d = focal_bounds.true_class_regulariser_peak()
+    assert d["argmax"] == sp.FiniteSet(sp.exp(-1)) and d["max_value"] == sp.exp(-1)
+
+
+# --------------------------------------------------------------------------- gradient factor, unimodal
+
+
+def test_gradient_factor_unimodal_on_a_gamma_grid():
+    p = np.concatenate([np.logspace(-10, -2, 400), np.linspace(0.01, 0.99, 3000), 1 - np.logspace(-2, -8, 300)])
+    for gamma in np.concatenate([np.linspace(0.05, 1, 20), np.linspace(1.5, 30, 58)]):
+        s = np.sign(theory.gradient_factor_slope(p, float(gamma)))
+        s = s[s != 0]
+        assert s[0] > 0 and s[-1] < 0
+        assert np.count_nonzero(np.diff(s)) == 1, gamma  # one sign change: rises, then falls
+        peak = theory.gradient_factor_peak(float(gamma))
+        assert np.all(np.diff(theory.gradient_factor(p[p < peak], float(gamma))) > -1e-12)
+
+
+# --------------------------------------------------------------------------- Brier decompositions
+
+
+@pytest.mark.parametrize("m, k", [(1, 2), (2, 2), (3, 2), (2, 3)])
+def test_murphy_decomposition_proof(m, k):
+    d = scoring.murphy_decomposition_proof(m, k)
+    assert d["residual"] == 0
+    assert d["refinement_minus_unc_plus_res"] == 0
+    assert d["residual_calibration_refinement"] == 0
+
+
+@pytest.mark.parametrize("n, k", [(2, 2), (3, 3)])
+def test_grouping_decomposition_proof(n, k):
+    assert scoring.grouping_decomposition_proof(n, k)["residual"] == 0
+
+
+def test_known_posterior_decomposition_adds_up_and_constant_forecast_is_calibrated():
+    rng = np.random.default_rng(1)
+    eta = _random_simplex(rng, 3000, 3, 1.0)
+    p = torch.softmax(eta.log() * 1.7 + torch.as_tensor(rng.normal(0, 0.3, (3000, 3))), 1)
+    for n_bins in (None, 4, 10):
+        d = scoring.known_posterior_decomposition(p, eta, n_bins)
+        assert d["distance"] == pytest.approx(d["reliability"] + d["grouping"], abs=1e-12)
+        assert d["reliability"] >= 0 and d["grouping"] >= 0
+    d = scoring.known_posterior_decomposition(p, eta)  # continuous forecast: singleton groups
+    assert d["grouping"] == pytest.approx(0, abs=1e-20)
+    # the constant forecast E[eta]: calibrated (reliability 0) yet far from eta
+    const = eta.mean(0).expand_as(eta)
+    d = scoring.known_posterior_decomposition(const, eta)
+    assert d["reliability"] == pytest.approx(0, abs=1e-20)
+    assert d["distance"] > 0.05 and d["distance"] == pytest.approx(d["grouping"], abs=1e-12)
+    # Monte-Carlo labels: the metric's reliability estimates the population one
+    labels = torch.multinomial(eta, 1, generator=torch.Generator().manual_seed(0))[:, 0]
+    m = metrics.brier_decomposition(const, labels)
+    assert m["reliability"] < 2e-3
+
+
+def test_known_posterior_decomposition_bad_input():
+    with pytest.raises(ValueError, match="eta"):
+        scoring.known_posterior_decomposition(torch.full((3, 2), 0.5), torch.full((3, 3), 1 / 3))
+
+
+def test_strict_properness_proof():
+    d = scoring.strict_properness_proof(3)
+    assert d["brier_rest_has_q"] == sp.false
+    assert d["ce_minus_kl_minus_entropy"] == 0
+    assert all(v == 0 for v in d["ce_stationary_minus_eta"])
+
+
+def test_expected_score_minimisers():
+    for eta in ([0.7, 0.3], [0.5, 0.3, 0.2], [0.4, 0.3, 0.2, 0.1]):
+        e = torch.tensor(eta, dtype=torch.float64)
+        for name in ("ce", "brier"):
+            torch.testing.assert_close(scoring.expected_score_minimiser(name, e), e, atol=1e-6, rtol=0)
+        f = scoring.expected_score_minimiser("focal", e, gamma=3.0)
+        assert float(f.max()) < float(e.max()) - 0.02  # focal: not proper, under-confident
+        assert scoring.expected_score("focal", f, e, gamma=3.0) < scoring.expected_score("focal", e, e, gamma=3.0)
+    f2 = scoring.expected_score_minimiser("focal", [0.8, 0.2], gamma=3.0)
+    assert float(f2[0]) == pytest.approx(float(theory.binary_focal_optimum([0.8], 3.0)[0]), abs=1e-6)
+    with pytest.raises(ValueError, match="score"):
+        scoring.expected_score_minimiser("hinge", [0.5, 0.5])
+    with pytest.raises(TypeError, match="score"):
+        scoring.expected_score(3, [0.5, 0.5], [0.5, 0.5])
+
+
+# --------------------------------------------------------------------------- GRA update field
+
+
+ETA3 = torch.tensor([0.6, 0.3, 0.1], dtype=torch.float64)
+GBS2 = {"gamma": 2.0, "norm": 2.0}
+
+
+def test_gra_field_vanishes_at_the_fixed_point():
+    q = theory.gra_fixed_point(ETA3, "gbs", **GBS2)
+    assert float(gra_field.gra_field(q.log(), ETA3, "gbs", **GBS2).abs().max()) < 1e-10
+    assert float(gra_field.gra_field(ETA3.log(), ETA3, "gbs", **GBS2).abs().max()) > 0.01
+
+
+def test_brier_gra_field_is_not_a_gradient_but_ce_and_fl_gra_are():
+    d = gra_field.brier_field_curl()
+    assert d["curl"] != 0 and d["curl_ce"] == 0
+    z = [0.3, -0.2, 0.1]
+    assert gra_field.field_asymmetry(z, ETA3, "gbs", **GBS2) > 1e-3
+    assert gra_field.field_asymmetry(z, ETA3, "ce") < 1e-12
+    assert gra_field.field_asymmetry(z, ETA3, "fl", gamma=3.0) < 1e-12
+    circ = gra_field.circulation(ETA3, "gbs", radius=1.5, n_points=200, **GBS2)
+    assert abs(circ) > 1e-3
+    assert abs(gra_field.circulation(ETA3, "ce", radius=1.5, n_points=200)) < 1e-10
+    assert abs(gra_field.circulation([0.7, 0.3], "gbs", n_points=200, **GBS2)) < 1e-10  # K = 2: a gradient
+    pot = gra_field.fl_gra_potential()
+    assert all(v == 0 for v in pot["chain_rule_residual"])
+    p = sp.Symbol("p", positive=True)
+    gamma = next(s for s in pot["dPhi_dp"].free_symbols if s.name == "gamma")
+    assert sp.simplify(pot["dPhi_dp"] + (1 - p) ** gamma / p) == 0
+
+
+def test_gra_fixed_point_stable_unique_and_inverse():
+    rng = np.random.default_rng(0)
+    for eta in _random_simplex(rng, 12, 3, 2.0).clamp_min(1e-3):
+        eta = eta / eta.sum()
+        q = theory.gra_fixed_point(eta, "gbs", **GBS2)
+        ev = gra_field.fixed_point_eigenvalues(eta, "gbs", **GBS2)
+        assert ev.real.min() > 0
+        torch.testing.assert_close(gra_field.gra_inverse(q, "gbs", **GBS2), eta, atol=1e-9, rtol=0)
+    reached = gra_field.descend(ETA3, "gbs", n_starts=6, steps=1500, **GBS2)
+    q = theory.gra_fixed_point(ETA3, "gbs", **GBS2)
+    assert float((reached - q).abs().max()) < 1e-6
+
+
+def test_gra_uniform_eta_is_the_exception():
+    for K in (2, 3, 5):
+        u = torch.full((K,), 1 / K, dtype=torch.float64)
+        torch.testing.assert_close(theory.gra_fixed_point(u, "gbs", **GBS2), u)
+    rng = np.random.default_rng(3)
+    for eta in _random_simplex(rng, 20, 4, 1.0).clamp_min(1e-3):
+        eta = eta / eta.sum()
+        q = theory.gra_fixed_point(eta, "gbs", **GBS2)
+        assert float(q.max()) < float(eta.max())
+        assert float(theory.entropy(q)[0]) > float(theory.entropy(eta)[0])
+
+
+def test_app9_checks():
+    d = gra_field.app9_checks(3)
+    assert d["C_at_optimum"] == 0
+    eta = {s.name: s for s in d["CE_at_optimum"].free_symbols}
+    val = d["CE_at_optimum"].subs({eta["eta_1"]: 0.6, eta["eta_2"]: 0.3, eta["eta_3"]: 0.1})
+    assert float(val) == pytest.approx(float(theory.entropy([0.6, 0.3, 0.1])[0]))
+    mu = sp.Symbol("mu", real=True)
+    assert all(sp.simplify(v - mu) == 0 for v in d["weighted_stationarity"])
+
+
+def test_gra_field_bad_input():
+    with pytest.raises(ValueError, match="z"):
+        gra_field.gra_field([0.0, 1.0], ETA3, "ce")
+    with pytest.raises(ValueError, match="plane"):
+        gra_field.circulation(ETA3, "ce", plane=(0, 0))
+    with pytest.raises(ValueError, match="radius"):
+        gra_field.circulation(ETA3, "ce", radius=-1.0)
+    with pytest.raises(ValueError, match="q must be a single distribution"):
+        gra_field.gra_inverse(torch.tensor([[0.5, 0.5], [0.5, 0.5]]), "ce")
+    with pytest.raises(ValueError, match="eta must be a single distribution"):
+        gra_field.gra_field([0.0, 0.0], torch.full((2, 2), 0.5), "ce")
+
+
+# --------------------------------------------------------------------------- toy ordering study
+
+
+def test_toy_ordering_study_small():
+    rows = experiments.toy_ordering_study([{"hidden": 8, "epochs": 1}], seeds=(0,), errors=("l2", "sq"),
+                                          n_train_per_class=200, n_test_per_class=50)
+    assert len(rows) == 4
+    for r in rows:
+        assert set(r["order"].split(" > ")) == {"FL", "DFL", "gBS"}
+        assert r["paper_order"] == (r["order"] == "gBS > DFL > FL")
+        assert all(-1 <= r[k] <= 1 for k in ("FL", "DFL", "gBS"))
+    assert experiments.ordering({"a": 0.1, "b": 0.3}) == "b > a"
+    with pytest.raises(ValueError, match="errors"):
+        experiments.toy_ordering_study([{"hidden": 8}], seeds=(0,), errors=("l1",))
+
+
+# --------------------------------------------------------------------------- new figures
+
+
+def test_derivation_figures_fit_the_column():
+    figs = [
+        plots.plot_true_logit_push((1.0, 3.0), resolution=50),
+        plots.plot_focal_bounds((0.5, 3.0), resolution=40),
+        plots.plot_brier_terms({"a": {"reliability": 0.1, "grouping": 0.2, "irreducible": 0.3}}),
+        plots.plot_gra_field([0.6, 0.3, 0.1], {"CE": theory.gra_weight("ce")}, resolution=5),
+        plots.plot_flsd_schedule(),
+        plots.plot_simplex_weight_maps({"u": functools.partial(uncertainty.u_fl, gamma=2.0),
+                                        "v": functools.partial(uncertainty.u_fl, gamma=1.0),
+                                        "w": functools.partial(uncertainty.u_fl, gamma=3.0)},
+                                       resolution=10),
+    ]
+    for fig in figs:
+        assert isinstance(fig, Figure)
+        assert fig.get_size_inches()[0] <= 7.0 + 1e-9
+    with pytest.raises(ValueError, match="gammas"):
+        plots.plot_true_logit_push((0.0,))
+    with pytest.raises(ValueError, match="eta"):
+        plots.plot_gra_field([0.5, 0.5], {"CE": theory.gra_weight("ce")})
+
+
+def test_true_logit_push_peak_precedes_the_factor_peak():
+    for gamma in (0.5, 1.0, 2.0, 3.0, 5.0, 10.0):
+        p_dag, p_star = theory.true_logit_push_peak(gamma), theory.gradient_factor_peak(gamma)
+        assert 0 < p_dag < p_star
+        grid = np.linspace(0, p_star, 4001)
+        push = theory.gradient_factor(grid, gamma) * (1 - grid)
+        assert abs(grid[np.argmax(push)] - p_dag) < 1e-3
+    with pytest.raises(ValueError, match="gamma"):
+        theory.true_logit_push_peak(0.0)

@@ -12,3 +12,4 @@ from .losses import *  # noqa: F401,F403
 from .theory import *  # noqa: F401,F403
 from .training import *  # noqa: F401,F403
 from .meta import *  # noqa: F401,F403
+from .derivations import *  # noqa: F401,F403

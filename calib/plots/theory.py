@@ -70,21 +70,21 @@ def plot_gradient_factor(
     for i, g in enumerate(gs):
         colour = f"C{i}"
         p = np.linspace(0.0, 1.0 if g >= 1 else 1.0 - 1e-6, n)  # g(1, gamma) is infinite for gamma < 1
-        ax.plot(p, theory.gradient_factor(p, g), color=colour, label=rf"$\gamma={g:g}$")
+        label = rf"$\gamma={g:g}$"
+        if g > 0:  # the peak p_star goes in the legend: labels on the curves would overlap
+            p_star = theory.gradient_factor_peak(g)
+            ax.plot([p_star], theory.gradient_factor([p_star], g), "o", color=colour, ms=5)
+            label += rf", $p_\star={p_star:.3f}$"
+        ax.plot(p, theory.gradient_factor(p, g), color=colour, label=label)
         if show_weight:
             ax.plot(p, (1 - p) ** g, color=colour, ls=":", label=rf"$(1-p)^{{{g:g}}}$ (GRA)")
-        if g >= 0.5:
-            p0 = theory.gradient_factor_peak(g)
-            ax.plot([p0], theory.gradient_factor([p0], g), "o", color=colour, ms=5)
-            ax.annotate(f"$p_0={p0:.3f}$", (p0, float(theory.gradient_factor([p0], g)[0])),
-                        textcoords="offset points", xytext=(6, 4), fontsize=8, color=colour)
     ax.axhline(1.0, color="k", ls="--", lw=0.8, label="cross-entropy ($g=1$)")
     ax.set_xlabel(r"true-class probability $p$")
     ax.set_ylabel(r"$g(p,\gamma)$")
     ax.set_xlim(0, 1)
     ax.set_ylim(bottom=0)
     ax.set_title(r"Gradient factor of focal loss, $\nabla L_{FL} = g(p,\gamma)\,\nabla L_{CE}$")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return fig
 
 
@@ -108,7 +108,7 @@ def plot_flsd_schedule(
         raise ValueError(f"p_range must satisfy 0 < low < high < 0.5, got {p_range}")
     n = _check_resolution(resolution)
     p0 = np.linspace(lo, hi, n)
-    fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+    fig = Figure(figsize=(7.0, 3.4), layout="constrained")
     left, right = fig.subplots(1, 2)
     left.plot(p0, theory.lambert_gamma(p0), label=r"Lambert-W: $g(p_0,\gamma)=1$")
     left.step(p0, theory.flsd53_gamma(p0), where="post", color="C3", ls="--", label="FLSD-53 (5 / 3)")
@@ -117,23 +117,26 @@ def plot_flsd_schedule(
         gm = theory.lambert_gamma(ms)
         left.plot(ms, gm, "ko", ms=4)
         for m, g in zip(ms, gm):
-            left.annotate(rf"$\gamma={g:.2f}$", (m, g), textcoords="offset points", xytext=(5, 5), fontsize=8)
+            left.annotate(rf"$\gamma={g:.2f}$", (m, g), textcoords="offset points", xytext=(5, 5), fontsize=9)
     left.set_xlabel(r"threshold $p_0$")
     left.set_ylabel(r"$\gamma$")
-    left.set_title(r"$\gamma$ at which focal and CE gradients are equal at $p_0$")
-    left.legend(fontsize=8)
+    left.set_title(r"$\gamma$ with $g(p_0,\gamma)=1$", fontsize=10)
+    left.legend(fontsize=9)
     p = np.linspace(0.0, 1.0, 400)
-    for i, g in enumerate((5.0, 3.0)):
+    # FLSD's gamma = 5 region as a band, each crossing as a marker on its curve: two
+    # vertical lines at 0.197 and 0.2 could not be told apart.
+    right.axvspan(0.0, 0.2, color="C3", alpha=0.12, lw=0, label=r"FLSD uses $\gamma=5$ ($p<0.2$)")
+    for i, (g, marker) in enumerate(((5.0, "o"), (3.0, "s"))):
         cross = theory.gradient_factor_unit_crossing(g)
-        right.plot(p, theory.gradient_factor(p, g), color=f"C{i}", label=rf"$\gamma={g:g}$, $g=1$ at $p={cross:.3f}$")
-        right.axvline(cross, color=f"C{i}", ls=":", lw=0.8)
+        right.plot(p, theory.gradient_factor(p, g), color=f"C{i}", label=rf"$\gamma={g:g}$")
+        right.plot([cross], [1.0], marker, color=f"C{i}", ms=6, mfc="white", mew=1.5,
+                   label=rf"$g(p,{g:g})=1$ at $p={cross:.3f}$")
     right.axhline(1.0, color="k", ls="--", lw=0.8)
-    right.axvline(0.2, color="C3", ls="--", lw=0.8, label="FLSD switch $p=0.2$")
     right.set_xlabel(r"true-class probability $p$")
     right.set_ylabel(r"$g(p,\gamma)$")
     right.set_xlim(0, 1)
-    right.set_title("Where each FLSD gamma stops out-pushing CE")
-    right.legend(fontsize=8)
+    right.set_title(r"where $g$ falls below 1", fontsize=10)
+    right.legend(fontsize=9)
     return fig
 
 
@@ -158,8 +161,8 @@ def plot_binary_focal_optimum(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0), *,
     ax.set_xlim(0, 1)
     ax.set_ylim(0, 1)
     ax.set_aspect("equal")
-    ax.set_title("Binary focal optimum (004 Fig. A.1)")
-    ax.legend(fontsize=8)
+    ax.set_title("Binary focal optimum (Mukhoti et al. 2020, Fig. A.1)")
+    ax.legend(fontsize=9)
     return fig
 
 
@@ -186,24 +189,32 @@ def plot_simplex_weight_maps(
     probs, xy = theory.simplex_slice(n, fixed=fixed)
     tri = Triangulation(xy[:, 0], xy[:, 1])
     targets = torch.full((probs.shape[0],), int(true_class), dtype=torch.long)
-    fig = Figure(figsize=(4.2 * len(weights), 4.0), layout="constrained")
+    fig = Figure(figsize=(min(7.0, 2.4 * len(weights)), 2.6), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(weights)))
     corners = [(0.0, 0.0), (1.0, 0.0), (0.5, np.sqrt(3) / 2)]
+    # short corner labels outside the triangle (the corner value is in the title) and
+    # horizontal colour bars below, so the triangles keep the width of their column
+    offsets = [((-3, -3), "right", "top"), ((3, -3), "left", "top"), ((0, 3), "center", "bottom")]
     for ax, (label, fn) in zip(axes, weights.items()):
         values = torch.as_tensor(fn(probs, targets), dtype=torch.float64).reshape(-1).numpy()
         if values.shape[0] != probs.shape[0]:
             raise ValueError(f"weights[{label!r}] returned {values.shape[0]} values for {probs.shape[0]} points")
         cs = ax.tricontourf(tri, values, levels=20, cmap="viridis")
         ax.tricontour(tri, values, levels=10, colors="w", linewidths=0.4)
-        fig.colorbar(cs, ax=ax, shrink=0.8)
-        for k, (cx, cy) in enumerate(corners):
-            mark = " (label)" if k == true_class else ""
-            ax.annotate(f"$p_{k}$ max{mark}", (cx, cy), ha="center", va="top" if cy == 0 else "bottom",
-                        xytext=(0, -4 if cy == 0 else 4), textcoords="offset points", fontsize=8)
-        ax.set_title(label, pad=16)
+        cbar = fig.colorbar(cs, ax=ax, orientation="horizontal", shrink=0.85, pad=0.02)
+        cbar.ax.tick_params(labelsize=9)
+        cbar.locator = __import__("matplotlib").ticker.MaxNLocator(4)
+        cbar.update_ticks()
+        for k, ((cx, cy), (off, ha, va)) in enumerate(zip(corners, offsets)):
+            text = rf"$\hat p_{k}$" + (" (label)" if k == true_class else "")
+            ax.annotate(text, (cx, cy), ha=ha, va=va, xytext=off, textcoords="offset points", fontsize=9)
+        ax.set_xlim(-0.3, 1.3)
+        ax.set_ylim(-0.1, np.sqrt(3) / 2 + 0.12)
+        ax.set_title(label, fontsize=10, pad=12)
         ax.set_aspect("equal")
         ax.set_axis_off()
-    fig.suptitle(f"Weights on the slice $p_3 = {fixed:g}$ of the 4-class simplex")
+    fig.suptitle(rf"Weights on the slice $\hat p_3 = {fixed:g}$; at each corner $\hat p_k = {1 - fixed:g}$",
+                 fontsize=10)
     return fig
 
 
@@ -231,14 +242,17 @@ def plot_gra_fixed_point(
     etas = np.linspace(lo, hi, n)
     fig = Figure(figsize=(5.0, 4.5), layout="constrained")
     ax = fig.add_subplot()
-    ax.plot([lo, hi], [lo, hi], color="k", ls="--", lw=0.8, label=r"calibrated ($q=\eta$)")
+    # the calibrated diagonal as a wide light band underneath, so a weighting that lands on
+    # it (CE) is drawn on top of it and both stay visible
+    ax.plot([lo, hi], [lo, hi], color="0.6", lw=7, alpha=0.35, solid_capstyle="butt", zorder=1,
+            label=r"calibrated ($q=\eta$)")
     for i, (label, fn) in enumerate(weights.items()):
         q1 = [float(theory.gra_fixed_point([e, 1 - e], fn)[0]) for e in etas]
-        ax.plot(etas, q1, color=f"C{i}", label=label)
+        ax.plot(etas, q1, color=f"C{i}", marker="o" if i == 0 else None, ms=3, zorder=3, label=label)
     for j, (label, (xs, ys)) in enumerate((extra or {}).items()):
         ax.plot(np.asarray(xs, dtype=float), np.asarray(ys, dtype=float), color=f"C{len(weights) + j}", ls="-.", label=label)
     ax.set_xlabel(r"true posterior $\eta_1$")
     ax.set_ylabel(r"stationary prediction $q_1$")
     ax.set_title("Where training settles under label noise (binary)")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     return fig
