@@ -88,7 +88,7 @@ def smoke() -> bool:
 # Smoke mode's caps (see calib.data.splits.smoke_subset and calib.train.Trainer): with
 # 64 training images in batches of 16 an epoch is four optimisation steps.
 SMOKE_CAPS: dict[str, int] = {"epochs": 2, "batch_size": 16, "train": 64, "eval": 64,
-                              "toy_points_per_class": 200, "seeds": 2}
+                              "toy_points_per_class": 200}
 
 
 def smoke_cap(name: str, value: T) -> T:

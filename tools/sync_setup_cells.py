@@ -1,11 +1,21 @@
 """Keep every chapter's first code cell (the Colab setup cell) in line with _config.yml.
 
-The repository URL lives in one place, ``repository.url`` in ``_config.yml``. Run
-``python tools/sync_setup_cells.py`` after changing it; ``tests/test_book_files.py``
-fails while any chapter's setup cell disagrees.
+The repository lives in one place, ``repository.url`` and ``repository.branch`` in
+``_config.yml``. Run ``python tools/sync_setup_cells.py`` after changing either;
+``tests/test_packaging.py`` fails while any chapter's setup cell disagrees.
+
+Which calib the cell installs: the same branch the book's Colab button opens the
+notebook from (``git+URL@BRANCH``). The button opens the chapter at the branch's head,
+so the library installed a moment later is the one that chapter was written and tested
+against; a tag pinned in the cell (``v{version}``) would drift from the branch's
+chapters as soon as the branch moves on, and a commit cannot be written into the
+commit that holds it. ``--ref REF`` pins a tag or commit instead (e.g. for a frozen
+edition published from a release branch). If pip fails, the cell stops with one
+message saying what failed and what to try.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import pathlib
 import sys
@@ -14,21 +24,39 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 MARKER = "# Setup (Colab):"
 
 
-def repository_url() -> str:
-    """``repository.url`` from _config.yml, read without a YAML dependency."""
+def _repository_field(field: str) -> str | None:
+    """``repository.<field>`` from _config.yml, read without a YAML dependency."""
     in_repo = False
     for line in (ROOT / "_config.yml").read_text().splitlines():
         if line.startswith("repository:"):
             in_repo = True
-        elif in_repo and line.strip().startswith("url:"):
-            return line.split("url:", 1)[1].strip().strip("'\"")
+        elif in_repo and line.strip().startswith(f"{field}:"):
+            return line.split(f"{field}:", 1)[1].split("#", 1)[0].strip().strip("'\"")
         elif in_repo and line and not line.startswith(" "):
             break
-    raise RuntimeError("_config.yml has no repository.url")
+    return None
 
 
-def setup_source(url: str | None = None) -> str:
-    url = url or repository_url()
+def repository_url() -> str:
+    """``repository.url`` from _config.yml."""
+    url = _repository_field("url")
+    if not url:
+        raise RuntimeError("_config.yml has no repository.url")
+    return url
+
+
+def repository_branch() -> str:
+    """``repository.branch`` from _config.yml (``main`` when absent, as Jupyter Book assumes)."""
+    return _repository_field("branch") or "main"
+
+
+def install_source(url: str | None = None, ref: str | None = None) -> str:
+    """The pip requirement the setup cell installs: ``git+URL@REF``."""
+    return f"git+{url or repository_url()}@{ref or repository_branch()}"
+
+
+def setup_source(url: str | None = None, ref: str | None = None) -> str:
+    source = install_source(url, ref)
     return (
         f"{MARKER} installs calib from the book's repository; elsewhere it does nothing.\n"
         "import sys\n"
@@ -36,7 +64,14 @@ def setup_source(url: str | None = None) -> str:
         'if "google.colab" in sys.modules:\n'
         "    import subprocess\n"
         "\n"
-        f'    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "git+{url}"], check=True)'
+        "    # the branch the Colab button opened this chapter from, so the two match\n"
+        f'    SOURCE = "{source}"\n'
+        '    pip = [sys.executable, "-m", "pip", "install", "-q", SOURCE]\n'
+        "    if subprocess.run(pip).returncode != 0:\n"
+        "        raise SystemExit(\n"
+        '            f"Could not install calib from {SOURCE} (pip\'s message is above). "\n'
+        '            "Check that this runtime is online, then run this cell again."\n'
+        "        )"
     )
 
 
@@ -48,10 +83,10 @@ def first_code_cell(nb: dict) -> dict | None:
     return next((c for c in nb["cells"] if c["cell_type"] == "code"), None)
 
 
-def sync(path: pathlib.Path) -> bool:
+def sync(path: pathlib.Path, ref: str | None = None) -> bool:
     """Rewrite the setup cell of one chapter (inserting it if absent). True if changed."""
     nb = json.loads(path.read_text())
-    want = setup_source()
+    want = setup_source(ref=ref)
     cell = first_code_cell(nb)
     if cell is not None and "".join(cell["source"]).startswith(MARKER):
         if "".join(cell["source"]) == want:
@@ -66,6 +101,10 @@ def sync(path: pathlib.Path) -> bool:
 
 
 if __name__ == "__main__":
-    changed = [p.name for p in chapters() if sync(p)]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ref", default=None,
+                        help="tag or commit to install instead of repository.branch (e.g. v0.1.0)")
+    args = parser.parse_args()
+    changed = [p.name for p in chapters() if sync(p, args.ref)]
     print("updated: " + (", ".join(changed) if changed else "nothing"))
     sys.exit(0)
