@@ -58,8 +58,8 @@ def describe(chapter: str | None = None) -> str:
     name = current()
     lines = [f"CALIB_PROFILE={name}{' [smoke]' if smoke() else ''} on {device()} (torch {torch.__version__})"]
     if name != "quick" and not torch.cuda.is_available() and not smoke():
-        lines.append(f"WARNING: the {name} profile is meant for a GPU, and this runtime has none: it "
-                     "will be very slow. On Colab: Runtime > Change runtime type > T4 GPU.")
+        lines += [f"WARNING: the {name} profile is meant for a GPU and this runtime has none;",
+                  "  it will be very slow. On Colab: Runtime > Change runtime type > T4 GPU."]
     if chapter is not None:
         from . import runtime
 

@@ -58,16 +58,15 @@ class Estimate:
     other_seconds: float = 0.0
 
     def describe(self) -> str:
-        """One line for the top of the chapter."""
+        """Lines (at most 88 characters) for the top of the chapter."""
+        head = "Expected time on a free Colab T4 (colab profile):"
         if self.seconds is None:
-            return (f"Colab T4 time of the colab profile: not yet recorded for {self.chapter} "
-                    "(python tools/estimate_runtimes.py records it).")
+            return f"{head} not recorded yet\n  (python tools/estimate_runtimes.py records it)"
         if self.measured:
-            return f"Colab T4 time of the colab profile: {_minutes(self.seconds)} (measured on a T4)."
-        return (f"Colab T4 time of the colab profile: about {_minutes(self.seconds)} (estimated: "
-                f"{self.train_flops / 1e12:.3g} TFLOP of training at an assumed "
-                f"{T4_SUSTAINED_FLOPS / 1e12:g} TFLOP/s, plus {self.other_seconds:.0f} s of other work "
-                "timed on a CPU).")
+            return f"{head} {_minutes(self.seconds)}, measured on a T4"
+        return (f"{head} about {_minutes(self.seconds)}, estimated\n"
+                f"  ({self.train_flops / 1e12:.3g} TFLOP of training at an assumed "
+                f"{T4_SUSTAINED_FLOPS / 1e12:g} TFLOP/s + {self.other_seconds:.0f} s of other work on a CPU)")
 
 
 def _minutes(seconds: float) -> str:
