@@ -83,7 +83,7 @@ def test_smoke_config_keeps_the_code_path_and_cuts_the_work(monkeypatch):
     cfg = TrainConfig.from_preset("cifar", "paper", data="cifar10", model="resnet50", amp="auto",
                                   channels_last=True, loss="focal", loss_kwargs={"gamma": 3.0})
     small = smoke_config(cfg)
-    assert (small.epochs, small.milestones, small.batch_size) == (2, (1,), 16)
+    assert (small.epochs, small.milestones, small.batch_size) == (2, (1,), profile.SMOKE_CAPS["batch_size"])
     for field in ("model", "loss", "loss_kwargs", "amp", "channels_last", "optimizer", "lr", "data"):
         assert getattr(small, field) == getattr(cfg, field)
     assert smoke_config(TrainConfig(epochs=5, milestones=())).milestones == ()
@@ -93,7 +93,7 @@ def test_trainer_in_smoke_mode_runs_a_few_steps(smoke_on, tmp_path):
     cfg = TrainConfig.from_preset("cifar", "paper", data="cifar10", model="mlp",
                                   model_kwargs={"hidden": 8}, progress=False, out=str(tmp_path / "run"))
     trainer = Trainer(cfg)
-    assert len(trainer.train_loader) <= 4 and trainer.config.epochs == 2
+    assert len(trainer.train_loader) <= 2 and trainer.config.epochs == 2
     trainer.fit()
     assert len(trainer.history) == 2
     assert json.loads((tmp_path / "run" / "config.json").read_text())["epochs"] == 2
