@@ -465,8 +465,9 @@ def smoke_config(config: TrainConfig) -> TrainConfig:
         return config
     caps = _profile.SMOKE_CAPS
     epochs = min(config.epochs, caps["epochs"])
+    milestones = scaled_milestones(config.milestones, config.epochs, epochs) if config.milestones else ()
     return dataclasses.replace(
-        config, epochs=epochs, milestones=scaled_milestones(config.milestones, config.epochs, epochs) if config.milestones else (),
+        config, epochs=epochs, milestones=milestones,
         batch_size=min(config.batch_size, caps["batch_size"]),
         eval_batch_size=min(config.eval_batch_size, 4 * caps["batch_size"]),
     )
