@@ -222,3 +222,12 @@ def test_setup_cell_stops_with_one_message_when_pip_fails(monkeypatch, tmp_path)
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     with pytest.raises(SystemExit, match="Could not install calib from git\\+file://"):
         exec(compile(src, "setup", "exec"), {})
+
+
+def test_smoke_cap(monkeypatch):
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+    assert profile.smoke_cap("seeds", 5) == 5
+    monkeypatch.setenv("CALIB_SMOKE", "1")
+    assert profile.smoke_cap("seeds", 5) == profile.SMOKE_CAPS["seeds"] and profile.smoke_cap("seeds", 1) == 1
+    with pytest.raises(ValueError, match="name"):
+        profile.smoke_cap("steps", 3)
