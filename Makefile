@@ -11,13 +11,14 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup book assignments test test-unit test-notebooks test-browser test-browser-only bench chromium clean help
+.PHONY: all setup book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium clean help
 
 all: setup
 
 help:
 	@echo "make book   build the book (executes every chapter) into $(HTML)"
 	@echo "make test   unit/property/parity tests, nbval over every chapter, built-book browser check"
+	@echo "make test-colab  the colab and paper branches of every chapter in smoke mode on synthetic data"
 	@echo "make bench  speed comparisons (ratios against baselines run side by side)"
 	@echo "make assignments  coursework: student notebooks and autograders in $(ASSIGNMENTS)"
 	@echo "make clean  remove build outputs (keeps $(VENV))"
@@ -45,10 +46,11 @@ book: $(STAMP)
 	$(LIMIT) $(BIN)/jupyter-book build . --builder html -W --keep-going
 	@echo "book: open $(HTML)/index.html"
 
-# Unit tests first (fast failures), then the two chapter executors side by side
-# (nbval over book/ and the book build, one core each), then the built-book check.
+# Unit tests first (fast failures), then four chapter executors two at a time, one core
+# each (nbval over book/ at the quick profile, the book build, and the colab and paper
+# smoke passes), then the built-book check.
 test: test-unit chromium
-	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks book
+	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks book test-colab-colab test-colab-paper
 	$(MAKE) --no-print-directory test-browser-only
 
 test-unit: $(STAMP)
@@ -56,6 +58,27 @@ test-unit: $(STAMP)
 
 test-notebooks: $(STAMP)
 	$(LIMIT) $(BIN)/python -m pytest -q --nbval-lax book
+
+# The GPU profiles' code paths on a CPU: CALIB_SMOKE=1 caps the work (calib.profile.smoke,
+# calib.train.smoke_config) and CALIB_DATA points the loaders at tiny synthetic datasets in
+# the real on-disk formats (python -m calib fake-data). Claims are reported, not asserted.
+FAKE_DATA := _build/fake-data
+SMOKE = CALIB_SMOKE=1 CALIB_DATA=$(abspath $(FAKE_DATA)) CALIB_PROGRESS=0
+
+$(FAKE_DATA)/.done: $(STAMP) calib/data/fake.py
+	rm -rf $(FAKE_DATA)
+	$(BIN)/python -m calib fake-data $(FAKE_DATA)
+	touch $@
+
+test-colab: $(STAMP)
+	$(MAKE) --no-print-directory -j2 THREADS=1 test-colab-colab test-colab-paper
+
+test-colab-colab test-colab-paper: test-colab-%: $(STAMP) $(FAKE_DATA)/.done
+	$(LIMIT) $(SMOKE) CALIB_PROFILE=$* $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax book
+
+# GitHub Actions workflows against their JSON schema, offline (also run by the unit tests).
+lint-workflows: $(STAMP)
+	$(BIN)/check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 
 test-browser: book chromium test-browser-only
 

@@ -13,6 +13,7 @@ Data flows one way: data -> model -> trainer -> run record (logits + labels)
 ``train``        the trainer and run records; CLI ``python -m calib``
 ``meta``         gamma-Net and SECE meta-regularisation
 ``plots``        reliability diagrams and the book's figures
-``profile``      the ``CALIB_PROFILE`` switch (quick | colab | paper)
+``profile``      the ``CALIB_PROFILE`` switch (quick | colab | paper), smoke and debug modes
+``runtime``      expected Colab T4 time of a chapter (measured, or estimated from FLOPs)
 """
 __version__ = "0.1.0"

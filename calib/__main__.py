@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train and evaluate calibrated classifiers (the calib textbook's trainer).",
         epilog="Run 'python -m calib train --help' for every training option.",
     )
-    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,fake-data}")
     sub.required = True
 
     t = sub.add_parser("train", help="train a model and write a run directory",
@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     g = t.add_argument_group("what to train")
     g.add_argument("--data", default="cifar10",
                    help="dataset: cifar10, cifar100, svhn, tiny_imagenet, digits or gaussian")
-    g.add_argument("--data-root", default="data", help="folder holding the dataset files")
+    g.add_argument("--data-root", default="data", help="folder holding the dataset files ($CALIB_DATA, if set, replaces the default)")
     g.add_argument("--download", action="store_true", help="download the dataset where the network allows")
     g.add_argument("--val-size", type=_positive(int), default=None,
                    help="training examples held out for validation/temperature scaling (preset: 5000 CIFAR)")
@@ -139,7 +139,29 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n-bins", type=_positive(int), default=None, help="bins (default: the run's)")
     e.add_argument("--ts-method", choices=("nll", "grid"), default=None, help="temperature fit (default: the run's)")
     e.set_defaults(run=cmd_evaluate, subparser=e)
+
+    f = sub.add_parser("fake-data", help="write tiny synthetic datasets in the real on-disk formats",
+                       description="Write tiny random CIFAR-10/100 (python pickles), SVHN (.mat) and "
+                                   "Tiny-ImageNet (JPEG folders) under DIR, in the layout calib.data.load "
+                                   "reads; with CALIB_DATA=DIR CALIB_SMOKE=1 the chapters' colab and paper "
+                                   "branches run on them without a download.")
+    f.add_argument("dir", metavar="DIR", help="folder to write into (created if missing)")
+    f.add_argument("--only", action="append", default=None, metavar="NAME",
+                   help="write only this dataset: cifar10, cifar100, svhn or tiny_imagenet (repeatable)")
+    f.set_defaults(run=cmd_fake_data, subparser=f)
     return parser
+
+
+def cmd_fake_data(args: argparse.Namespace) -> int:
+    """Write the synthetic datasets; a bad name or an unwritable folder exits 2."""
+    from .data import fake
+
+    try:
+        names = fake.write_all(args.dir, args.only)
+    except (ValueError, TypeError, OSError) as exc:
+        args.subparser.error(str(exc))
+    print(f"wrote {', '.join(names)} under {args.dir}")
+    return 0
 
 
 def config_from_args(args: argparse.Namespace) -> Any:
@@ -194,6 +216,7 @@ def _check_names(config: Any) -> None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Build the config and trainer (bad input: exit 2), train, print the headline numbers."""
+    from .data import DownloadError
     from .train import CheckpointError, TrainingInterrupted
 
     sub = args.subparser
@@ -202,7 +225,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_names(config)
         cls = _trainer_class(config.meta)
         trainer = cls(config)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as exc:
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, DownloadError) as exc:
         sub.error(str(exc))
     if config.progress is not False:
         print(_profile.describe(), file=sys.stderr)

@@ -12,7 +12,30 @@ from typing import Any
 import numpy as np
 import torch
 
+from . import profile as _profile
+
 ArrayLike = Any  # torch.Tensor | np.ndarray | sequence of numbers
+
+# Value checks in the training step ("labels lie in [0, K)", "logits are finite") read a
+# tensor's values on the host. For a CPU tensor that is free; for a CUDA tensor it blocks
+# until the GPU has caught up, on every step. Checks marked ``per_step`` therefore read
+# values only on these device types, or anywhere in debug mode (calib.profile.debug()).
+# The loaders and the trainer validate whole splits once instead.
+HOST_DEVICES: tuple[str, ...] = ("cpu",)
+value_checks = 0  # how many per-step value checks ran (tests count them per step)
+
+
+def reads_values(t: torch.Tensor) -> bool:
+    """Whether a per-step check may read ``t``'s values: on the host or in debug mode.
+
+    Counts the checks it allows in :data:`value_checks`, so a test can assert how many a
+    training step runs (and that a GPU step runs none outside debug mode).
+    """
+    global value_checks
+    if t.device.type in HOST_DEVICES or _profile.debug():
+        value_checks += 1
+        return True
+    return False
 
 
 def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -31,18 +54,21 @@ def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> t
     return t
 
 
-def check_finite(t: torch.Tensor, name: str) -> None:
+def check_finite(t: torch.Tensor, name: str, *, per_step: bool = False) -> None:
+    """Refuse NaN/inf; ``per_step`` checks only where :func:`reads_values` allows."""
+    if per_step and not reads_values(t):
+        return
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
         raise ValueError(f"{name} contains NaN or inf values")
 
 
-def check_matrix(x: ArrayLike, name: str) -> torch.Tensor:
-    """A non-empty, finite, floating ``(N, K)`` tensor with K >= 2."""
+def check_matrix(x: ArrayLike, name: str, *, per_step: bool = False) -> torch.Tensor:
+    """A non-empty, finite, floating ``(N, K)`` tensor with K >= 2 (finiteness: see check_finite)."""
     t = as_tensor(x, name)
     if not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
     _check_nk_shape(t, name)
-    check_finite(t, name)
+    check_finite(t, name, per_step=per_step)
     return t
 
 
@@ -79,10 +105,17 @@ def looks_like_probs(t: torch.Tensor) -> bool:
     return in_range and bool(torch.allclose(t.sum(1, dtype=torch.float64), torch.ones(t.shape[0], dtype=torch.float64), atol=1e-4))
 
 
-def check_logits(logits: ArrayLike, name: str = "logits", *, refuse_probs: bool = False) -> torch.Tensor:
-    """Logits ``(N, K)``; with ``refuse_probs`` reject rows that are already probabilities."""
-    g = check_matrix(logits, name)
-    if refuse_probs and g.shape[0] > 1 and looks_like_probs(g):
+def check_logits(
+    logits: ArrayLike, name: str = "logits", *, refuse_probs: bool = False, per_step: bool = False
+) -> torch.Tensor:
+    """Logits ``(N, K)``; with ``refuse_probs`` reject rows that are already probabilities.
+
+    ``per_step`` (the losses in a training step): the value checks (finite, not
+    probabilities) run one :func:`reads_values` gate, so a CUDA step never syncs.
+    """
+    values = not per_step or reads_values(as_tensor(logits, name))
+    g = check_matrix(logits, name, per_step=False) if values else _shape_only(logits, name)
+    if values and refuse_probs and g.shape[0] > 1 and looks_like_probs(g):
         raise ValueError(
             f"{name} looks like probabilities (every row is in [0, 1] and sums to 1); "
             "pass the unnormalised logits, e.g. the model output before softmax"
@@ -90,8 +123,23 @@ def check_logits(logits: ArrayLike, name: str = "logits", *, refuse_probs: bool 
     return g
 
 
-def check_labels(labels: ArrayLike, n: int, num_classes: int, name: str = "labels") -> torch.Tensor:
-    """Integer class labels ``(N,)`` in ``[0, num_classes)`` as an int64 tensor."""
+def _shape_only(x: ArrayLike, name: str) -> torch.Tensor:
+    """:func:`check_matrix` without reading values: type and ``(N, K)`` shape only."""
+    t = as_tensor(x, name)
+    if not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    _check_nk_shape(t, name)
+    return t
+
+
+def check_labels(
+    labels: ArrayLike, n: int, num_classes: int, name: str = "labels", *, per_step: bool = False
+) -> torch.Tensor:
+    """Integer class labels ``(N,)`` in ``[0, num_classes)`` as an int64 tensor.
+
+    ``per_step``: the range check runs only where :func:`reads_values` allows (dtype and
+    shape are always checked: they cost no synchronisation).
+    """
     y = as_tensor(labels, name)
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise TypeError(f"{name} must be integer class indices, got dtype {y.dtype}")
@@ -99,7 +147,7 @@ def check_labels(labels: ArrayLike, n: int, num_classes: int, name: str = "label
         raise ValueError(f"{name} must have shape (N,), got shape {tuple(y.shape)}")
     if y.shape[0] != n:
         raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have N = {n} rows")
-    if n and (int(y.min()) < 0 or int(y.max()) >= num_classes):
+    if n and (not per_step or reads_values(y)) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
         raise ValueError(
             f"{name} must lie in [0, {num_classes}); got values in [{int(y.min())}, {int(y.max())}]"
         )

@@ -35,6 +35,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from . import profile
 from ._checks import check_labels, check_positive_int, check_probs
 
 __all__ = [
@@ -198,6 +199,7 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
     ``grid`` lists mean r for every grid point; ``accuracy`` the test accuracy per seed.
     ``depth`` (hidden layers), ``hidden`` (width), ``epochs`` and ``lr`` are the open
     choices of the network and its training; :func:`toy_ordering_study` varies them.
+    In smoke mode (``CALIB_SMOKE=1``) the point counts and epochs are capped.
     Paper (Lin et al. 2024, §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).
     """
     seeds = [check_positive_int(s, "seeds", minimum=0) for s in seeds]
@@ -210,6 +212,10 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
     if error not in ERRORS:
         raise ValueError(f"error must be one of {ERRORS}, got {error!r}")
     grid = _check_grid(grid)
+    # CALIB_SMOKE=1: the same code path on a few hundred points (calib.profile.smoke_cap)
+    n_train_per_class = profile.smoke_cap("toy_points_per_class", n_train_per_class)
+    n_test_per_class = profile.smoke_cap("toy_points_per_class", n_test_per_class)
+    epochs = profile.smoke_cap("epochs", epochs)
     runs = [_one_seed(s, n_train_per_class, n_test_per_class, hidden, epochs, grid, error, device, depth, lr)
             for s in seeds]
     accuracy = [acc for _, acc in runs]

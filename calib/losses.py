@@ -40,7 +40,9 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import uncertainty as _u
-from ._checks import ArrayLike, check_labels, check_logits, check_nonnegative, check_positive, check_positive_int
+from ._checks import (
+    ArrayLike, check_labels, check_logits, check_nonnegative, check_positive, check_positive_int, reads_values,
+)
 from .uncertainty import Gamma, check_gamma
 
 __all__ = [
@@ -80,8 +82,8 @@ def _check_unit(value: float, name: str) -> float:
 def _prepare(logits: ArrayLike, targets: ArrayLike, reduction: str) -> tuple[Tensor, Tensor]:
     """Validated float32 (or float64) logits and int64 targets on the logits' device."""
     _check_reduction(reduction)
-    g = check_logits(logits, "logits", refuse_probs=True)
-    y = check_labels(targets, g.shape[0], g.shape[1], "targets")
+    g = check_logits(logits, "logits", refuse_probs=True, per_step=True)  # no GPU sync per step
+    y = check_labels(targets, g.shape[0], g.shape[1], "targets", per_step=True)
     x = g if g.dtype == torch.float64 else g.float()
     return x, y.to(x.device)
 
@@ -409,7 +411,7 @@ def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..
         weight = torch.as_tensor(weight_fn(lp.detach().exp(), y))
         if tuple(weight.shape) != (x.shape[0],):
             raise ValueError(f"weight_fn {label} must return shape (N,) = ({x.shape[0]},), got {tuple(weight.shape)}")
-        if not bool(torch.isfinite(weight).all()) or bool((weight < 0).any()):
+        if reads_values(weight) and (not bool(torch.isfinite(weight).all()) or bool((weight < 0).any())):
             raise ValueError(f"weight_fn {label} must return finite weights >= 0")
         return _reduce(_ce(lp, y) * weight.detach().to(device=lp.device, dtype=lp.dtype), reduction)
 

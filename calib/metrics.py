@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from ._checks import ArrayLike, as_tensor, check_labels, check_positive_int, check_probs_fast, check_positive
+from . import _checks
 
 __all__ = [
     "accuracy",
@@ -374,10 +375,16 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
     return torch.cat(out)
 
 
-def _sece_inputs(probs: ArrayLike, labels: ArrayLike, bandwidth: float) -> tuple[Tensor, Tensor, float]:
+def _sece_inputs(
+    probs: ArrayLike, labels: ArrayLike, bandwidth: float, per_step: bool = False
+) -> tuple[Tensor, Tensor, float]:
+    """``per_step`` (the training objective): value checks only where they cost no GPU sync."""
     h = _check_bandwidth(bandwidth)
-    p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
+    if per_step and not _checks.reads_values(as_tensor(probs, "probs")):
+        p = _checks._shape_only(probs, "probs")
+    else:
+        p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
+    y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=per_step).to(p.device)
     return p, y, h
 
 
@@ -401,7 +408,7 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> T
     the kernel and in ``-z_i``), not through ``pi`` (an arg-max). Cost and memory are
     ``O(N^2)``: meant for mini-batches of up to a few thousand samples.
     """
-    p, y, h = _sece_inputs(probs, labels, bandwidth)
+    p, y, h = _sece_inputs(probs, labels, bandwidth, per_step=True)
     z, pred = p.max(dim=1)
     pi = pred.eq(y).to(z.dtype)
     return _sece_terms(z, pi, h).mean()

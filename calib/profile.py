@@ -46,9 +46,25 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def describe() -> str:
-    """One line for the top of a chapter: which profile and device ran it."""
-    return f"CALIB_PROFILE={current()} on {device()} (torch {torch.__version__})"
+def describe(chapter: str | None = None) -> str:
+    """The lines at the top of a chapter: which profile and device ran it.
+
+    Adds ``[smoke]`` in smoke mode, a warning when a GPU profile (``colab``/``paper``) runs
+    without CUDA (on Colab: Runtime -> Change runtime type -> T4 GPU), and, given the
+    chapter's name (e.g. ``"02_overconfidence"``), the expected time of its ``colab``
+    profile on a free T4 from :func:`calib.runtime.t4_estimate` (marked measured or
+    estimated).
+    """
+    name = current()
+    lines = [f"CALIB_PROFILE={name}{' [smoke]' if smoke() else ''} on {device()} (torch {torch.__version__})"]
+    if name != "quick" and not torch.cuda.is_available() and not smoke():
+        lines += [f"WARNING: the {name} profile is meant for a GPU and this runtime has none;",
+                  "  it will be very slow. On Colab: Runtime > Change runtime type > T4 GPU."]
+    if chapter is not None:
+        from . import runtime
+
+        lines.append(runtime.t4_estimate(chapter).describe())
+    return "\n".join(lines)
 
 
 SMOKE_VAR = "CALIB_SMOKE"
@@ -67,6 +83,67 @@ def smoke() -> bool:
     if value in ("1", "true", "yes"):
         return True
     raise ValueError(f"{SMOKE_VAR}={os.environ[SMOKE_VAR]!r}: use 1 (smoke mode) or 0")
+
+
+# Smoke mode's caps (see calib.data.splits.smoke_subset and calib.train.smoke_config):
+# with 16 training images in batches of 8 an epoch is two optimisation steps (evaluation
+# splits stay smaller than training: gamma-Net carves its meta split out of them). Small,
+# because the paper profile's CIFAR ResNet-50 costs 2.6 GFLOP per image forward.
+SMOKE_CAPS: dict[str, int] = {"epochs": 2, "batch_size": 8, "train": 16, "eval": 8,
+                              "toy_points_per_class": 200, "seeds": 2}
+
+
+def smoke_cap(name: str, value: T) -> T:
+    """``min(value, SMOKE_CAPS[name])`` in smoke mode, else ``value`` unchanged.
+
+    For experiment helpers, and for the rare chapter loop the library cannot see, e.g.
+    ``for seed in range(profile.smoke_cap("seeds", n_seeds))``.
+    """
+    if name not in SMOKE_CAPS:
+        raise ValueError(f"name must be one of {sorted(SMOKE_CAPS)}, got {name!r}")
+    return min(value, SMOKE_CAPS[name]) if smoke() else value  # type: ignore[type-var]
+
+
+DATA_VAR = "CALIB_DATA"
+DEFAULT_DATA_ROOT = "data"
+
+
+def data_root(root: str | os.PathLike | None = None) -> str:
+    """Where dataset files live: ``root`` if given, else ``$CALIB_DATA``, else ``"data"``.
+
+    The conventional default ``"data"`` also yields to ``$CALIB_DATA``, so a chapter or
+    config that leaves the root at its default reads the folder the variable names (CI
+    points it at synthetic datasets written by ``python -m calib fake-data DIR``).
+    """
+    env = os.environ.get(DATA_VAR, "").strip()
+    if root is None or (env and os.fspath(root) == DEFAULT_DATA_ROOT):
+        return env or DEFAULT_DATA_ROOT
+    return os.fspath(root)
+
+
+DEBUG_VAR = "CALIB_DEBUG"
+_debug_override: bool | None = None
+
+
+def set_debug(flag: bool | None) -> None:
+    """Force debug checks on (True) or off (False); None returns to ``$CALIB_DEBUG``."""
+    global _debug_override
+    if flag is not None and not isinstance(flag, bool):
+        raise TypeError(f"flag must be a bool or None, got {type(flag).__name__}")
+    _debug_override = flag
+
+
+def debug() -> bool:
+    """Whether data-dependent checks also run on CUDA tensors (``CALIB_DEBUG=1``).
+
+    Checks such as "labels lie in [0, K)" or "logits are finite" need the tensor's values
+    on the host; on a GPU that forces a host-device synchronisation on every training
+    step. They therefore run on CPU tensors always and on CUDA tensors only in debug mode
+    (:func:`set_debug` or ``CALIB_DEBUG=1``); loaders validate whole splits once instead.
+    """
+    if _debug_override is not None:
+        return _debug_override
+    return os.environ.get(DEBUG_VAR, "").strip().lower() in ("1", "true", "yes")
 
 
 def asserts_claims() -> bool:

@@ -57,6 +57,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import profile as _profile
+from . import runtime as _runtime
+from .data.splits import smoke_subset
 from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
 
 __all__ = [
@@ -71,6 +73,7 @@ __all__ = [
     "load_history",
     "load_config",
     "split_stats",
+    "smoke_config",
     "CheckpointError",
     "TrainingInterrupted",
     "CONFIG_FILE",
@@ -449,6 +452,35 @@ def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, f
 # ----------------------------------------------------------------------------- trainer
 
 
+def smoke_config(config: TrainConfig) -> TrainConfig:
+    """``config`` capped for smoke mode (``CALIB_SMOKE=1``), or ``config`` itself outside it.
+
+    Keeps the profile's code path (model, loss, optimiser, AMP, channels_last, augmentation,
+    meta settings) and cuts the work: at most ``SMOKE_CAPS["epochs"]`` epochs (milestones
+    rescaled by :func:`scaled_milestones`, so the learning rate still drops) and
+    ``SMOKE_CAPS["batch_size"]`` examples a batch; with the data cut by
+    :func:`calib.data.splits.smoke_subset` an epoch is a few optimisation steps.
+    """
+    if not _profile.smoke():
+        return config
+    caps = _profile.SMOKE_CAPS
+    epochs = min(config.epochs, caps["epochs"])
+    milestones = scaled_milestones(config.milestones, config.epochs, epochs) if config.milestones else ()
+    return dataclasses.replace(
+        config, epochs=epochs, milestones=milestones,
+        batch_size=min(config.batch_size, caps["batch_size"]),
+        eval_batch_size=min(config.eval_batch_size, 4 * caps["batch_size"]),
+    )
+
+
+def _check_split_labels(data: Any) -> None:
+    """Labels of every split lie in ``[0, num_classes)``: checked once, not on every step."""
+    for split in ("train", "val", "test"):
+        y = getattr(data, f"{split}_y", None)
+        if isinstance(y, Tensor) and y.numel():
+            check_labels(y, y.shape[0], int(data.num_classes), f"data.{split}_y")
+
+
 class Trainer:
     """Train one model under one :class:`TrainConfig` and leave a run directory behind.
 
@@ -466,12 +498,14 @@ class Trainer:
         if not isinstance(config, TrainConfig):
             raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
         config.validate()
-        self.config = config
+        requested, self.config = config, smoke_config(config)  # CALIB_SMOKE=1: a few steps
+        config = self.config
         self.rank, self.world_size, self.local_rank = _dist_env()
         self.device = self._pick_device()
         self._init_distributed()
         seed_everything(config.seed)
-        self.data = data if data is not None else self._load_data()
+        self.data = smoke_subset(data if data is not None else self._load_data())
+        _check_split_labels(self.data)  # once per dataset, so train_step never syncs to check
         self.num_classes = int(self.data.num_classes)
         self.augment = bool(self.data.image) and (config.augment if config.augment is not None
                                                   else config.data in AUGMENTED)
@@ -482,6 +516,7 @@ class Trainer:
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = self._wrap(self.model)
+        _runtime.record_run(requested, self.model, self.data)  # only with $CALIB_FLOP_LEDGER (calib.runtime)
         self.criterion = self.build_criterion()
         self.optimizer = self.build_optimizer()
         self.scheduler = self.build_scheduler()

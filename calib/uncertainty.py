@@ -33,7 +33,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs
+from ._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs, reads_values
 
 __all__ = [
     "SUPPORTS",
@@ -65,6 +65,8 @@ def check_gamma(gamma: Gamma, n: int, name: str = "gamma") -> Gamma:
                 f"{name} must be a number or a tensor of shape (N,) = ({n},), got shape {tuple(gamma.shape)}"
             )
         g = gamma.detach()
+        if not reads_values(g):  # a per-sample gamma on a GPU: no host sync per step
+            return gamma
         if not bool(torch.isfinite(g).all()):
             raise ValueError(f"{name} contains NaN or inf values")
         if bool((g < 0).any()):

@@ -8,79 +8,21 @@ import numpy as np
 import pytest
 import torch
 
-from calib.data import DATASET_STATS, Splits, channel_stats, datasets, load, split_indices
-
-RNG = np.random.default_rng(0)
-
+from calib.data import DATASET_STATS, Splits, channel_stats, datasets, fake, load, split_indices
 
 # ------------------------------------------------------------------ writers (real formats)
-def write_cifar(root: Path, hundred: bool, per_batch: int = 12, n_test: int = 8) -> tuple[np.ndarray, np.ndarray]:
-    """CIFAR python pickles; returns all training rows and labels in file order."""
-    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
-    folder.mkdir(parents=True)
-    k = 100 if hundred else 10
-    names = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
-    n_per = per_batch * (5 if hundred else 1)
-    rows, labels = [], []
-    for name in names + ["test" if hundred else "test_batch"]:
-        n = n_test if name in ("test", "test_batch") else n_per
-        data = RNG.integers(0, 256, (n, 3072), dtype=np.uint8)
-        y = RNG.integers(0, k, n).tolist()
-        batch = {b"data": data, b"batch_label": name.encode()}
-        if hundred:
-            batch.update({b"fine_labels": y, b"coarse_labels": [v // 5 for v in y]})
-        else:
-            batch[b"labels"] = y
-        with open(folder / name, "wb") as fh:
-            pickle.dump(batch, fh)
-        if name not in ("test", "test_batch"):
-            rows.append(data)
-            labels += y
-    return np.concatenate(rows), np.array(labels)
+# The public writers of calib.data.fake; these wrappers keep the tests' short calls.
+def write_cifar(root: Path, hundred: bool, **kw) -> tuple[np.ndarray, np.ndarray]:
+    return fake.write_cifar(root, hundred=hundred, **kw)
 
 
-def write_svhn(root: Path, n_train: int = 30, n_test: int = 10) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    import scipy.io
-
-    (root / "svhn").mkdir(parents=True)
-    out = {}
-    for split, n in (("train", n_train), ("test", n_test)):
-        x = RNG.integers(0, 256, (32, 32, 3, n), dtype=np.uint8)
-        y = np.arange(n).reshape(n, 1) % 10 + 1          # 1..10, where 10 stands for digit 0
-        scipy.io.savemat(str(root / "svhn" / f"{split}_32x32.mat"), {"X": x, "y": y})
-        out[split] = (x, y)
-    return out
-
-
+write_svhn = fake.write_svhn
 WNIDS = ["n02", "n00", "n01"]       # deliberately unsorted in wnids.txt
+colour = fake.class_colour
 
 
-def colour(c: int) -> tuple[int, int, int]:
-    return (40 + 80 * c, 200 - 60 * c, 30 * c)
-
-
-def write_tiny(root: Path, per_class: int = 3, size: int = 8) -> Path:
-    """Tiny-ImageNet layout with flat-coloured JPEGs (colour encodes the class; JPEG keeps flat colours)."""
-    from PIL import Image
-
-    folder = root / "tiny-imagenet-200"
-    (folder / "val" / "images").mkdir(parents=True)
-    (folder / "wnids.txt").write_text("\n".join(WNIDS) + "\n")
-    for w in WNIDS:
-        c = sorted(WNIDS).index(w)
-        d = folder / "train" / w / "images"
-        d.mkdir(parents=True)
-        for i in range(per_class):
-            img = Image.new("RGB", (size, size), colour(c))
-            (img.convert("L") if i == 0 else img).save(d / f"{w}_{i}.JPEG", quality=95)
-    lines = []
-    for i in range(5):
-        w = WNIDS[i % 3]
-        Image.new("RGB", (size, size), colour(sorted(WNIDS).index(w))).save(folder / "val" / "images" / f"val_{i}.JPEG",
-                                                                          quality=95)
-        lines.append(f"val_{i}.JPEG\t{w}\t0\t0\t{size - 1}\t{size - 1}")
-    (folder / "val" / "val_annotations.txt").write_text("\n".join(lines) + "\n")
-    return folder
+def write_tiny(root: Path) -> Path:
+    return fake.write_tiny_imagenet(root, wnids=WNIDS, per_class=3, n_val=5, size=8)
 
 
 # ------------------------------------------------------------------ CIFAR

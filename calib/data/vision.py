@@ -31,16 +31,17 @@ import os
 import pickle
 import tempfile
 import warnings
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 import torch
 
+from .. import profile as _profile
 from .._checks import check_positive_int
+from .splits import Splits, smoke_subset
 
-__all__ = ["Splits", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
+__all__ = ["Splits", "DownloadError", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
 
 Tensor = torch.Tensor
 
@@ -57,46 +58,6 @@ DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
 }
 
 TINY_URL = "http://cs231n.stanford.edu/tiny-imagenet-200.zip"
-
-
-@dataclass(repr=False)
-class Splits:
-    """Train / validation / test tensors of one dataset.
-
-    Images (``image=True``) are ``uint8`` tensors ``(N, C, H, W)`` with ``mean``/``std`` the
-    per-channel statistics in [0, 1] used to normalise them; non-image toy data
-    (``image=False``) is ``float32`` ``(N, D)`` and gets no augmentation or normalisation
-    (``mean``/``std`` are then empty tuples). Labels are ``int64`` in ``[0, num_classes)``.
-    ``extra`` holds dataset-specific tensors, e.g. the true posterior ``test_eta`` of the
-    Gaussian mixture.
-    """
-
-    train_x: Tensor
-    train_y: Tensor
-    val_x: Tensor
-    val_y: Tensor
-    test_x: Tensor
-    test_y: Tensor
-    num_classes: int
-    mean: tuple[float, ...]
-    std: tuple[float, ...]
-    name: str
-    image: bool
-    extra: dict[str, Tensor] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for split in ("train", "val", "test"):
-            x, y = getattr(self, f"{split}_x"), getattr(self, f"{split}_y")
-            if x.shape[0] != y.shape[0]:
-                raise ValueError(f"{split}_x has {x.shape[0]} rows but {split}_y has {y.shape[0]}")
-            if y.dtype != torch.int64:
-                raise TypeError(f"{split}_y must be int64 labels, got {y.dtype}")
-
-    def __repr__(self) -> str:
-        shapes = ", ".join(
-            f"{s}={tuple(getattr(self, s + '_x').shape)}" for s in ("train", "val", "test")
-        )
-        return f"Splits(name={self.name!r}, num_classes={self.num_classes}, {shapes}, image={self.image})"
 
 
 def split_indices(n: int, val_size: int, seed: int, *, labels: Tensor | None = None) -> tuple[Tensor, Tensor]:
@@ -169,6 +130,20 @@ def _missing(what: str, where: Path, files: list[str], how: str) -> FileNotFound
     )
 
 
+class DownloadError(RuntimeError):
+    """``download=True`` failed (usually: no network). The message names the dataset, its
+    URL and the files to put under ``root`` by hand; the CLI turns it into exit status 2."""
+
+
+def _download_failed(what: str, url: str, where: Path, how: str, exc: BaseException) -> DownloadError:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return DownloadError(
+        f"downloading {what} from {url} failed ({reason}). Without network access, fetch {url} "
+        f"on a machine that has it and {how} {where}, then run again without --download "
+        "(download=False)."
+    )
+
+
 def _read_cifar_pickle(path: Path, label_key: bytes) -> tuple[Tensor, Tensor]:
     """One CIFAR python batch: ``b'data'`` (N, 3072) uint8 rows (R, G, B planes) and labels."""
     with open(path, "rb") as fh:
@@ -195,7 +170,7 @@ def _cifar(root: Path, download: bool, hundred: bool) -> tuple[Tensor, Tensor, T
         if download:
             _download_cifar(root, hundred)
         else:
-            url = "https://www.cs.toronto.edu/~kriz/" + ("cifar-100-python.tar.gz" if hundred else "cifar-10-python.tar.gz")
+            url = _cifar_url(hundred)
             raise _missing(
                 "CIFAR-100" if hundred else "CIFAR-10", folder, files,
                 f"Download {url} and extract it into {root} (it unpacks to {folder.name}/).",
@@ -206,6 +181,10 @@ def _cifar(root: Path, download: bool, hundred: bool) -> tuple[Tensor, Tensor, T
     return torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]), test_x, test_y
 
 
+def _cifar_url(hundred: bool) -> str:
+    return "https://www.cs.toronto.edu/~kriz/" + ("cifar-100-python.tar.gz" if hundred else "cifar-10-python.tar.gz")
+
+
 def _download_cifar(root: Path, hundred: bool) -> None:
     import torchvision
 
@@ -213,7 +192,9 @@ def _download_cifar(root: Path, hundred: bool) -> None:
     try:
         cls(str(root), train=True, download=True)
     except Exception as exc:  # noqa: BLE001 - network errors come in many types
-        raise RuntimeError(f"downloading {cls.__name__} into {root} failed: {exc}") from exc
+        name = "cifar-100-python" if hundred else "cifar-10-batches-py"
+        raise _download_failed("CIFAR-100" if hundred else "CIFAR-10", _cifar_url(hundred), root,
+                               f"extract it (it unpacks to {name}/) into", exc) from None
 
 
 def _read_svhn_mat(path: Path) -> tuple[Tensor, Tensor]:
@@ -258,7 +239,7 @@ def _download_svhn(folder: Path, files: list[str]) -> None:
             try:
                 download_url(url, str(folder), filename, md5)
             except Exception as exc:  # noqa: BLE001
-                raise RuntimeError(f"downloading SVHN {split} into {folder} failed: {exc}") from exc
+                raise _download_failed(f"SVHN ({split})", url, folder, f"save it as {filename} in", exc) from None
 
 
 def _read_jpegs(paths: list[Path]) -> Tensor:
@@ -337,7 +318,8 @@ def _download_tiny(root: Path) -> None:
     try:
         download_and_extract_archive(TINY_URL, str(root))
     except Exception as exc:  # noqa: BLE001
-        raise RuntimeError(f"downloading Tiny-ImageNet into {root} failed: {exc}") from exc
+        raise _download_failed("Tiny-ImageNet", TINY_URL, root, "unzip it (it unpacks to tiny-imagenet-200/) into",
+                               exc) from None
 
 
 # --------------------------------------------------------------------------- public
@@ -358,7 +340,7 @@ def datasets() -> list[str]:
 
 def load(
     name: str,
-    root: str | os.PathLike = "data",
+    root: str | os.PathLike | None = None,
     *,
     val_size: int | None = None,
     split_seed: int = 0,
@@ -377,8 +359,14 @@ def load(
     ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` is
     refused with ``ValueError`` rather than silently ignored).
 
+    ``root`` defaults to ``$CALIB_DATA``, else ``"data"`` (:func:`calib.profile.data_root`;
+    the conventional ``"data"`` also yields to ``$CALIB_DATA``). In smoke mode
+    (``CALIB_SMOKE=1``) ``val_size`` is cut to a quarter of the training files at most
+    and every split to :data:`calib.profile.SMOKE_CAPS` (:func:`calib.data.splits.smoke_subset`).
+
     Raises ``FileNotFoundError`` naming the expected files when they are missing and
-    ``download`` is False.
+    ``download`` is False, and :class:`DownloadError` (one message: the dataset, its URL
+    and where to put the files by hand) when ``download`` fails.
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
@@ -394,6 +382,7 @@ def load(
         raise TypeError(f"download must be a bool, got {type(download).__name__}")
     if val_size is not None and (isinstance(val_size, bool) or not isinstance(val_size, (int, np.integer))):
         raise TypeError(f"val_size must be an int or None, got {type(val_size).__name__}")  # before slow reads
+    root = _profile.data_root(root)
     train_x, train_y, test_x, test_y = _READERS[key](Path(root).expanduser(), download)
     k = _CLASSES[key]
     for nm, y in (("training", train_y), ("test", test_y)):
@@ -402,12 +391,24 @@ def load(
     if val_size is None:
         val_size = _VAL_SIZE[key]
     stratify = train_y if key == "tiny_imagenet" else None
+    if _profile.smoke():
+        val_size = _smoke_val_size(val_size, train_y, stratify is not None)
     tr, va = split_indices(train_x.shape[0], val_size, split_seed, labels=stratify)
     mean, std = DATASET_STATS[key]
-    return Splits(
+    return smoke_subset(Splits(
         train_x[tr], train_y[tr], train_x[va], train_y[va], test_x, test_y,
         num_classes=k, mean=mean, std=std, name=key, image=True,
-    )
+    ))
+
+
+def _smoke_val_size(val_size: int, train_y: Tensor, stratified: bool) -> int:
+    """Smoke mode: at most a quarter of the (tiny, synthetic) training files; stratified
+    splits keep a multiple of the classes present (one per class at least)."""
+    n = train_y.shape[0]
+    if not stratified:
+        return min(val_size, n // 4)
+    k = int((torch.bincount(train_y) > 0).sum())
+    return min(val_size, max(k, (n // 4) // k * k))
 
 
 def _toy(key: str, seed: int) -> Splits:
