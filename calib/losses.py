@@ -47,12 +47,12 @@ __all__ = [
     # functional core
     "cross_entropy", "label_smoothing_loss", "logit_norm_loss", "entropy_reg_loss", "brier_loss",
     "mmce", "mmce_loss", "focal_loss", "flsd53_loss", "dual_focal_loss", "inverse_focal_loss",
-    "bsce_loss", "focal_gra_loss", "dual_focal_gra_loss", "bsce_gra_loss", "uncertainty_gra",
+    "bsce_loss", "focal_gra_loss", "flsd53_gra_loss", "dual_focal_gra_loss", "bsce_gra_loss", "uncertainty_gra",
     "dece", "dece_loss", "ce_dece_loss", "sece_loss", "ce_sece_loss",
     # modules
     "CELoss", "LabelSmoothingLoss", "LogitNormLoss", "EntropyRegLoss", "BrierLoss", "MMCELoss",
     "FocalLoss", "FLSD53Loss", "DualFocalLoss", "InverseFocalLoss", "BSCELoss", "FocalGRALoss",
-    "DualFocalGRALoss", "BSCEGRALoss", "UncertaintyGRALoss", "DECELoss", "SECELoss",
+    "FLSD53GRALoss", "DualFocalGRALoss", "BSCEGRALoss", "UncertaintyGRALoss", "DECELoss", "SECELoss",
     "CEDECELoss", "CESECELoss",
     # registry and analysis
     "make", "names", "functional", "is_batch_level", "true_logit_response",
@@ -206,42 +206,73 @@ def brier_loss(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "me
 
 
 # =========================================================================== MMCE
-def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool) -> Tensor:
-    """MMCE (or MMCE_w) of one batch as the RKHS norm ``sqrt(vᵀ K v)`` (see :func:`mmce`)."""
+MMCE_NORMALIZATIONS = ("paper", "code")
+
+
+def _check_normalization(normalization: str) -> str:
+    if normalization not in MMCE_NORMALIZATIONS:
+        raise ValueError(f"normalization must be 'paper' or 'code', got {normalization!r}")
+    return normalization
+
+
+def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool, normalization: str = "paper") -> Tensor:
+    """MMCE (or MMCE_w) of one batch as ``sqrt(vᵀ K v)`` (see :func:`mmce`)."""
     conf, pred = F.softmax(x, dim=1).max(dim=1)
     correct = (pred == y).to(x.dtype)
+    power = 1 if normalization == "paper" else 2  # the authors' code divides by the counts twice
     if weighted:
         n_c, n_w = correct.sum(), (1 - correct).sum()
         if n_c == 0 or n_w == 0:  # MMCE_w needs both groups (Kumar et al. §4); 0 otherwise
             return (conf * 0).sum()
-        v = correct * (1 - conf) / n_c - (1 - correct) * conf / n_w
+        v = correct * (1 - conf) / n_c**power - (1 - correct) * conf / n_w**power
     else:
         v = (correct - conf) / x.shape[0]
     kernel = torch.exp(-(conf[:, None] - conf[None, :]).abs() / width)
-    return torch.sqrt(torch.clamp(v @ (kernel @ v), min=1e-12))
+    squared = v @ (kernel @ v)
+    if normalization == "code" and not weighted:  # the code's MMCE_m returns the square
+        return squared
+    return torch.sqrt(torch.clamp(squared, min=1e-12))
 
 
 @_full_precision
-def mmce(logits: ArrayLike, targets: ArrayLike, width: float = 0.4, weighted: bool = True) -> Tensor:
+def mmce(
+    logits: ArrayLike,
+    targets: ArrayLike,
+    width: float = 0.4,
+    weighted: bool = True,
+    normalization: Literal["paper", "code"] = "paper",
+) -> Tensor:
     """Maximum mean calibration error of a batch (Kumar et al. 2018, §3-4), a 0-dim tensor.
 
     With top-label confidence ``r_i = max_k p̂_ik``, correctness ``c_i = 1[argmax p̂_i = y_i]``
     and the Laplacian kernel ``k(r, r') = exp(−|r − r'| / width)`` (width 0.4):
 
     * ``weighted=False``: ``MMCE² = (1/m²) Σ_ij (c_i − r_i)(c_j − r_j) k(r_i, r_j)``;
-    * ``weighted=True`` (MMCE_w, the version Kumar et al. train with and 004 uses): with
-      ``C`` the n correct and ``W`` the m − n wrong samples,
+    * ``weighted=True`` (MMCE_w, the version Kumar et al. train with and Mukhoti et al.
+      (2020) use): with ``C`` the n correct and ``W`` the m − n wrong samples,
       ``MMCE_w² = Σ_{C,C} (1−r_i)(1−r_j)k/n² + Σ_{W,W} r_i r_j k/(m−n)²
       − 2 Σ_{C,W} (1−r_i) r_j k/(n(m−n))``; 0 when either group is empty.
 
     Both are ``vᵀ K v`` for a vector ``v`` (``v_i = (c_i − r_i)/m``, resp. ``(1 − r_i)/n`` on
     ``C`` and ``−r_i/(m − n)`` on ``W``): a squared RKHS norm, hence ≥ 0. Gradients flow
-    through the confidences, not through the correctness indicators. (The widely copied
-    PyTorch port averages each kernel block and then divides by the counts again, which
-    rescales the three terms differently; this is the paper's definition.)
+    through the confidences, not through the correctness indicators.
+
+    ``normalization`` (default ``"paper"``: the definition above, the quantity Kumar et al.
+    define and bound; a measure should not depend on an implementation detail):
+
+    * ``"code"``: what the public code of Mukhoti et al. (2020), which Lin et al. (2024)
+      follow, computes. It averages each kernel block (dividing by n², (m−n)², n(m−n))
+      and then divides by the same counts again, so ``v_i = (1 − r_i)/n²`` on ``C`` and
+      ``−r_i/(m − n)²`` on ``W``: a smaller value whose size depends on the batch's
+      accuracy. The tuned λ = 2 of those papers acts on this value, so reproducing their
+      MMCE rows needs ``normalization="code"`` (``calib.papers.PAPER_LOSS_KWARGS``).
+      Their unweighted MMCE returns ``vᵀ K v`` without the square root; ``"code"`` does
+      the same for ``weighted=False``. (The code also adds 1e-5 to the denominators and
+      1e-10 under the root; those shifts are left out.)
     """
     x, y = _prepare(logits, targets, "mean")
-    return _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
+    normalization = _check_normalization(normalization)
+    return _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
 
 
 @_full_precision
@@ -251,15 +282,19 @@ def mmce_loss(
     lam: float = 2.0,
     width: float = 0.4,
     weighted: bool = True,
+    normalization: Literal["paper", "code"] = "paper",
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """``L = CE + λ·MMCE_w`` (Kumar et al. 2018; λ = 2 in 004's runs, 004 App. B).
+    """``L = CE + λ·MMCE_w`` (Kumar et al. 2018; λ = 2 in Mukhoti et al. (2020), App. B).
 
-    ``mean`` is mean CE + λ·MMCE_w of the batch; see the module notes for ``sum``/``none``.
+    ``normalization`` selects the paper's MMCE_w (default) or the authors' code's smaller
+    one, on which their λ = 2 was tuned: see :func:`mmce`. ``mean`` is mean CE + λ·MMCE_w
+    of the batch; see the module notes for ``sum``/``none``.
     """
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
-    penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
+    normalization = _check_normalization(normalization)
+    penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
     return _reduce(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
 
 
@@ -364,6 +399,36 @@ def focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, re
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_fl, gamma), reduction)
+
+
+def _log_u_flsd53(lp: Tensor, y: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
+    """``log (1 − p̂_y)^γ_i`` with FLSD-53's ``γ_i = gamma_high if p̂_y < threshold else gamma_low``."""
+    p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
+    gamma = torch.where(p_y < threshold, gamma_high, gamma_low).to(lp.dtype)
+    return _u._log_u_fl(lp, y, gamma)
+
+
+@_full_precision
+def flsd53_gra_loss(
+    logits: ArrayLike,
+    targets: ArrayLike,
+    gamma_low: float = 3.0,
+    gamma_high: float = 5.0,
+    threshold: float = 0.2,
+    reduction: Reduction = "mean",
+) -> Tensor:
+    """FLSD-53-GRA: gradient ``(1 − p̂_y)^γ_i · ∇CE`` with the weight held constant.
+
+    The FL-GRA row of Lin et al. (2024), Table 2 (§5.3): the FLSD-53 schedule of Mukhoti et
+    al. (2020) (``γ_i = 5`` if ``p̂_y < 0.2`` else 3, see :func:`flsd53_loss`) with the focal
+    weight ``u_i = (1 − p̂_y)^γ_i`` detached, so the value is ``u_i · CE_i`` and the
+    gradient is exactly ``u_i · ∇CE_i`` (Lin et al. 2024, Eq. 9).
+    """
+    x, y = _prepare(logits, targets, reduction)
+    gamma_low, gamma_high = check_nonnegative(gamma_low, "gamma_low"), check_nonnegative(gamma_high, "gamma_high")
+    threshold = _check_unit(threshold, "threshold")
+    lp = F.log_softmax(x, dim=1)
+    return _reduce(_gra(lp, y, _log_u_flsd53, gamma_low, gamma_high, threshold), reduction)
 
 
 @_full_precision
@@ -616,15 +681,22 @@ class BrierLoss(_LossModule):
 
 
 class MMCELoss(_LossModule):
-    """Module form of :func:`mmce_loss` (CE + λ·MMCE_w)."""
+    """Module form of :func:`mmce_loss` (CE + λ·MMCE_w); ``normalization="code"`` for the
+    authors' code's scaling (Mukhoti et al. 2020; Lin et al. 2024), see :func:`mmce`."""
 
     _fn = staticmethod(mmce_loss)
 
     def __init__(
-        self, lam: float = 2.0, width: float = 0.4, weighted: bool = True, reduction: Reduction = "mean"
+        self,
+        lam: float = 2.0,
+        width: float = 0.4,
+        weighted: bool = True,
+        normalization: str = "paper",
+        reduction: Reduction = "mean",
     ) -> None:
         super().__init__(
-            reduction, lam=check_nonnegative(lam, "lam"), width=check_positive(width, "width"), weighted=bool(weighted)
+            reduction, lam=check_nonnegative(lam, "lam"), width=check_positive(width, "width"), weighted=bool(weighted),
+            normalization=_check_normalization(normalization),
         )
 
 
@@ -698,6 +770,22 @@ class FocalGRALoss(_GammaLoss):
 
     def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean") -> None:
         super().__init__(gamma, reduction)
+
+
+class FLSD53GRALoss(_LossModule):
+    """Module form of :func:`flsd53_gra_loss`."""
+
+    _fn = staticmethod(flsd53_gra_loss)
+
+    def __init__(
+        self, gamma_low: float = 3.0, gamma_high: float = 5.0, threshold: float = 0.2, reduction: Reduction = "mean"
+    ) -> None:
+        super().__init__(
+            reduction,
+            gamma_low=check_nonnegative(gamma_low, "gamma_low"),
+            gamma_high=check_nonnegative(gamma_high, "gamma_high"),
+            threshold=_check_unit(threshold, "threshold"),
+        )
 
 
 class DualFocalGRALoss(_GammaLoss):
@@ -803,6 +891,7 @@ _REGISTRY: dict[str, tuple[Callable[..., Tensor], type[nn.Module]]] = {
     "inverse_focal": (inverse_focal_loss, InverseFocalLoss),
     "bsce": (bsce_loss, BSCELoss),
     "focal_gra": (focal_gra_loss, FocalGRALoss),
+    "flsd53_gra": (flsd53_gra_loss, FLSD53GRALoss),
     "dual_focal_gra": (dual_focal_gra_loss, DualFocalGRALoss),
     "bsce_gra": (bsce_gra_loss, BSCEGRALoss),
     "dece": (dece_loss, DECELoss),
