@@ -46,9 +46,19 @@ class NotFittedError(ValueError, AttributeError):
     """A calibrator was used before ``fit`` (like scikit-learn's ``NotFittedError``)."""
 
 
-def default_grid() -> np.ndarray:
-    """The temperatures ``0.1, 0.2, ..., 10.0`` searched by 000 section 5 and 004 section 4."""
-    return np.round(np.arange(1, 101) * 0.1, 1)
+def default_grid(step: float = 0.1, upper: float = 10.0) -> np.ndarray:
+    """The temperatures ``step, 2 step, ..., upper`` searched on validation ECE.
+
+    ``step=0.1`` is the grid of Lin et al. (2024) section 5 and Mukhoti et al. (2020)
+    section 4 (``0.1, ..., 10``); Wang et al. (2021) section 3.2 search ``0.01, ..., 10``
+    (``step=0.01``). Values are rounded to 10 decimals so ``0.3`` is exactly ``0.3``.
+    """
+    step = check_positive(step, "step")
+    upper = check_positive(upper, "upper")
+    if step > upper:
+        raise ValueError(f"step ({step}) must not exceed upper ({upper})")
+    n = int(math.floor(upper / step + 1e-9))
+    return np.round(np.arange(1, n + 1) * step, 10)
 
 
 def _logits_labels(logits: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:

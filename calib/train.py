@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import signal
@@ -58,12 +59,17 @@ from torch import Tensor, nn
 
 from . import profile as _profile
 from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 
 __all__ = [
     "TrainConfig",
     "Trainer",
     "PRESETS",
     "PRESET_EPOCHS",
+    "PAPER_SEEDS",
+    "DEFAULT_PRESET",
+    "SELECT_MODES",
+    "load_epoch_logits",
     "scaled_milestones",
     "train",
     "evaluate_run",
@@ -85,29 +91,17 @@ HISTORY_FILE = "history.jsonl"
 METRICS_FILE = "metrics.json"
 LOGITS_FILE = "logits.pt"
 CHECKPOINT_FILE = "checkpoint.pt"
+EPOCH_LOGITS_DIR = "epoch_logits"  # epoch_0001.pt, ... with keep_epoch_logits=True
 CHECKPOINT_FORMAT = 1
 PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
+SELECT_MODES = ("last", "best_val")
+TS_METHODS = ("nll", "grid")
 
-# The papers' protocols: 000 §5 "Training setup" (SGD, momentum 0.9, weight decay 5e-4, batch 128
-# for every dataset) and 004 App. B (the same CIFAR schedule; Tiny-ImageNet holds out 50 training
-# images per class, 10,000 in all, for validation).
-PRESETS: dict[str, dict[str, Any]] = {
-    "cifar": dict(epochs=350, milestones=(150, 250), lr=0.1, momentum=0.9, weight_decay=5e-4,
-                  batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=5000),
-    "tiny_imagenet": dict(epochs=100, milestones=(40, 60), lr=0.1, momentum=0.9, weight_decay=5e-4,
-                          batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=10000),
-}
-# Epochs per profile; milestones scale by epochs / paper epochs (rounded, kept in [1, epochs-1]).
-#   cifar:          paper 350 (150, 250) | colab 30 (13, 21) | quick 3 (1, 2)
-#   tiny_imagenet:  paper 100 (40, 60)   | colab 15 (6, 9)   | quick 2 (1,)
-PRESET_EPOCHS: dict[str, dict[str, int]] = {
-    "cifar": {"paper": 350, "colab": 30, "quick": 3},
-    "tiny_imagenet": {"paper": 100, "colab": 15, "quick": 2},
-}
-DEFAULT_PRESET = {"cifar10": "cifar", "cifar100": "cifar", "svhn": "cifar", "tiny_imagenet": "tiny_imagenet"}
+# PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
+# (the papers' protocols as data) and are re-exported here.
 # random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
 _TOY_DATA = ("digits", "gaussian")  # offline data of calib.data.toy: fixed splits, no val_size
@@ -131,18 +125,6 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"training stopped by {signal.Signals(signum).name}: {where}")
 
 
-def scaled_milestones(milestones: tuple[int, ...], paper_epochs: int, epochs: int) -> tuple[int, ...]:
-    """Milestones scaled from ``paper_epochs`` to ``epochs``: ``round(m * epochs / paper_epochs)``.
-
-    Kept inside ``[1, epochs - 1]`` and de-duplicated, so a scaled schedule still drops the
-    learning rate the same number of times wherever the run is long enough to.
-    """
-    if epochs >= paper_epochs:
-        return tuple(milestones)
-    out = sorted({min(max(1, round(m * epochs / paper_epochs)), max(1, epochs - 1)) for m in milestones})
-    return tuple(m for m in out if m < epochs) or ((1,) if epochs > 1 else ())
-
-
 @dataclass
 class TrainConfig:
     """Everything a run depends on; JSON-serialisable (``to_json`` / ``from_json``).
@@ -157,6 +139,22 @@ class TrainConfig:
     epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``, ``meta_objective`` and
     ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
     ``calib.meta.MetaTrainer``.
+
+    Protocol settings (see :mod:`calib.presets` for the papers' choices):
+
+    * ``select``: ``"last"`` keeps the final weights; ``"best_val"`` keeps the weights of the
+      epoch with the lowest validation error (first one on ties), as Wang & Golebiowski (2024)
+      select their models; the chosen epoch is recorded in ``metrics.json``.
+    * ``ts_method``: which temperature fit fills ``post_ts``/``temperature`` of ``metrics.json``:
+      ``"nll"`` (Guo et al.) or ``"grid"`` (lowest validation ECE over ``ts_grid_step``,
+      ``2 ts_grid_step``, ..., 10; Mukhoti et al. (2020) and Lin et al. (2024) use a 0.1 step,
+      Wang et al. (2021) 0.01). Both fits are always recorded under ``metrics["ts"]``.
+    * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
+      of :meth:`Trainer.train_step` (the public code of Mukhoti et al. (2020) clips at 2);
+      ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
+    * ``keep_epoch_logits``: save the validation and test logits after every epoch under
+      ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
+      Wang et al. (2021), Fig. 4.
     """
 
     data: str = "digits"
@@ -194,6 +192,10 @@ class TrainConfig:
     meta: str = "none"
     meta_objective: str = "sece"
     meta_kwargs: dict[str, Any] = field(default_factory=dict)
+    select: str = "last"
+    ts_grid_step: float = 0.1
+    clip_grad: float | None = None
+    keep_epoch_logits: bool = False
 
     def __post_init__(self) -> None:
         self.milestones = tuple(int(m) for m in self.milestones)
@@ -223,8 +225,19 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.ts_method not in ("nll", "grid"):
+        if self.ts_method not in TS_METHODS:
             raise ValueError(f"ts_method must be 'nll' or 'grid', got {self.ts_method!r}")
+        if self.select not in SELECT_MODES:
+            raise ValueError(f"select must be one of {SELECT_MODES}, got {self.select!r}")
+        if isinstance(self.ts_grid_step, bool) or not isinstance(self.ts_grid_step, (int, float)) \
+                or not 0 < self.ts_grid_step <= 10:
+            raise ValueError(f"ts_grid_step must be a number in (0, 10], got {self.ts_grid_step!r}")
+        if self.clip_grad is not None and (isinstance(self.clip_grad, bool)
+                                           or not isinstance(self.clip_grad, (int, float))
+                                           or not math.isfinite(self.clip_grad) or self.clip_grad <= 0):
+            raise ValueError(f"clip_grad must be None or a finite number > 0, got {self.clip_grad!r}")
+        if not isinstance(self.keep_epoch_logits, bool):
+            raise TypeError(f"keep_epoch_logits must be True or False, got {self.keep_epoch_logits!r}")
         if bad := [s for s in self.track if s not in ("train", "test")]:
             raise ValueError(f"track may hold 'train' and 'test' only, got {bad}")
         if self.preset is not None and self.preset not in PRESETS:
@@ -495,6 +508,8 @@ class Trainer:
         self._stop_signal: int | None = None
         self._eval_loaders: dict[str, Any] = {}
         self.metrics: dict[str, Any] | None = None
+        # select="best_val": {"epoch", "val_error", "model"} of the best epoch so far
+        self.best: dict[str, Any] | None = None
 
     # -- construction (override in subclasses) ---------------------------------------
 
@@ -648,10 +663,22 @@ class Trainer:
             loss = loss.mean()
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        out = {"loss": loss.detach(), "acc": (logits.detach().argmax(1) == y).float().mean()}
+        if self.config.clip_grad is not None:
+            out["grad_norm"] = self.clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        acc = (logits.detach().argmax(1) == y).float().mean()
-        return {"loss": loss.detach(), "acc": acc}
+        return out
+
+    def clip_gradients(self) -> Tensor:
+        """Clip the global L2 norm of the gradients to ``config.clip_grad``; return the norm before.
+
+        ``||g|| > c`` rescales every gradient by ``c / ||g||`` (``torch.nn.utils.clip_grad_norm_``),
+        as the training loop of Mukhoti et al. (2020) does with c = 2. Under fp16 AMP the
+        gradients are unscaled first, so the bound applies to the true gradient.
+        """
+        self.scaler.unscale_(self.optimizer)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.clip_grad)).detach()
 
     def _train_epoch(self, bar: Any) -> dict[str, float]:
         # a checkpoint taken mid-epoch restores the loader's position and the partial sums
@@ -737,6 +764,7 @@ class Trainer:
             "loader": self.train_loader.state_dict(),
             "history": json.dumps(self.history),
             "extra": self.extra_state(),
+            "best": dict(self.best) if self.best is not None else {},
         }
 
     def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
@@ -769,6 +797,7 @@ class Trainer:
         self.scaler.load_state_dict(ckpt["scaler"])
         self.train_loader.load_state_dict(ckpt["loader"])
         self.load_extra_state(ckpt.get("extra", {}))
+        self.best = dict(ckpt["best"]) if ckpt.get("best") else None
         self.epoch, self._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
         self._resume_sums = dict(ckpt["sums"])
         self.history = json.loads(ckpt["history"])
@@ -874,7 +903,10 @@ class Trainer:
                 self.scheduler.step()
                 line = self._epoch_line(lr, train_stats, time.perf_counter() - t0)
                 self.epoch += 1
+                self._update_best(line)
                 self._append_history(line)
+                if c.keep_epoch_logits:
+                    self._save_epoch_logits()
                 self.save_checkpoint()
                 ebar.update(1)
                 ebar.set_postfix(loss=f"{line['train_loss']:.3f}", val_acc=f"{line['val_acc']:.3f}",
@@ -891,14 +923,49 @@ class Trainer:
         line["seconds"] = seconds
         return line
 
+    def _update_best(self, line: dict[str, Any]) -> None:
+        """Keep a CPU copy of the weights of the lowest-validation-error epoch (select="best_val")."""
+        if self.config.select != "best_val":
+            return
+        err = 1.0 - float(line["val_acc"])
+        if self.best is None or err < self.best["val_error"]:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self.best = {"epoch": self.epoch, "val_error": err, "model": state}
+
+    @property
+    def selected_epoch(self) -> int:
+        """The epoch whose weights the run record holds: the last, or the best on validation."""
+        if self.config.select == "best_val" and self.best is not None:
+            return int(self.best["epoch"])
+        return self.epoch
+
+    def _save_epoch_logits(self) -> None:
+        if self.out is None:
+            return
+        val_logits, val_labels = self.predict("val")
+        test_logits, test_labels = self.predict("test")
+        if self.is_main:
+            folder = self.out / EPOCH_LOGITS_DIR
+            folder.mkdir(exist_ok=True)
+            atomic_save({"val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
+                         "test_labels": test_labels}, folder / f"epoch_{self.epoch:04d}.pt")
+
     def finish(self) -> dict[str, Any]:
-        """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics."""
+        """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics.
+
+        With ``select="best_val"`` the best validation epoch's weights are loaded first, so
+        ``model``, the logits and the metrics all belong to that epoch.
+        """
+        if self.config.select == "best_val" and self.best is not None:
+            self.model.load_state_dict(self.best["model"])
         val_logits, val_labels = self.predict("val")
         test_logits, test_labels = self.predict("test")
         record = {"val_logits": val_logits, "val_labels": val_labels,
-                  "test_logits": test_logits, "test_labels": test_labels}
+                  "test_logits": test_logits, "test_labels": test_labels,
+                  "selected_epoch": torch.tensor(self.selected_epoch)}
         if self.out is None:
-            return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method)
+            return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method,
+                                   ts_grid_step=self.config.ts_grid_step, select=self.config.select)
         if self.is_main:
             atomic_save(record, self.out / LOGITS_FILE)
             metrics = evaluate_run(self.out)
@@ -942,25 +1009,43 @@ def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:
     return record
 
 
-def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method: str = "nll") -> dict[str, Any]:
+def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method: str = "nll",
+                    ts_grid_step: float = 0.1, select: str | None = None) -> dict[str, Any]:
     """Test metrics before and after temperature scaling fitted on the validation logits.
 
     ``calib.metrics.summary`` (accuracy, NLL, Brier, ECE, AdaECE, Classwise-ECE, MCE with
-    ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)``, where T is fitted on the
-    validation split by ``calib.posthoc.TemperatureScaling(method=ts_method)`` (Guo et al.'s
-    NLL fit, or the papers' grid search on validation ECE, 000 §5 / 004 §5).
+    ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)`` for two temperatures fitted on
+    the validation split by ``calib.posthoc.TemperatureScaling``: ``"nll"``, the NLL minimiser
+    (Guo et al.), and ``"grid"``, the lowest validation ECE over ``ts_grid_step, ..., 10``
+    (Mukhoti et al. (2020) Table 1 and Lin et al. (2024) §5 with step 0.1; Wang et al. (2021)
+    §3.2 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
+    ``post_ts`` and ``temperature``. ``selected_epoch`` (from the record) says which epoch's
+    weights produced the logits.
     """
     from . import metrics, posthoc
 
     check_positive_int(n_bins, "n_bins")
-    ts = posthoc.TemperatureScaling(method=ts_method).fit(record["val_logits"], record["val_labels"])
+    if ts_method not in TS_METHODS:
+        raise ValueError(f"ts_method must be 'nll' or 'grid', got {ts_method!r}")
     test_logits, test_labels = record["test_logits"], record["test_labels"]
     pre = metrics.summary(torch.softmax(test_logits.double(), 1), test_labels, n_bins=n_bins)
-    post = metrics.summary(ts.predict_proba(test_logits), test_labels, n_bins=n_bins)
     as_float = lambda d: {k: float(v) for k, v in d.items()}  # noqa: E731
-    return {"pre_ts": as_float(pre), "post_ts": as_float(post), "temperature": float(ts.temperature),
-            "ts_method": ts_method, "n_bins": n_bins, "n_test": int(test_labels.shape[0]),
-            "n_val": int(record["val_labels"].shape[0])}
+    grids = {"nll": None, "grid": posthoc.default_grid(ts_grid_step)}
+    fits: dict[str, dict[str, Any]] = {}
+    for method, grid in grids.items():
+        ts = posthoc.TemperatureScaling(method=method, grid=grid, n_bins=n_bins)
+        ts.fit(record["val_logits"], record["val_labels"])
+        post = metrics.summary(ts.predict_proba(test_logits), test_labels, n_bins=n_bins)
+        fits[method] = {"temperature": float(ts.temperature), "post_ts": as_float(post)}
+    out = {"pre_ts": as_float(pre), "post_ts": fits[ts_method]["post_ts"],
+           "temperature": fits[ts_method]["temperature"], "ts_method": ts_method, "ts": fits,
+           "ts_grid_step": float(ts_grid_step), "n_bins": n_bins, "n_test": int(test_labels.shape[0]),
+           "n_val": int(record["val_labels"].shape[0])}
+    if "selected_epoch" in record:
+        out["selected_epoch"] = int(record["selected_epoch"])
+    if select is not None:
+        out["select"] = select
+    return out
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None) -> dict[str, Any]:
@@ -972,9 +1057,31 @@ def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_me
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     cfg = load_config(run_dir)
-    metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method)
+    metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method,
+                              ts_grid_step=cfg.ts_grid_step, select=cfg.select)
     _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
+
+def load_epoch_logits(run_dir: str | os.PathLike) -> dict[str, Any]:
+    """Per-epoch logits of a run trained with ``keep_epoch_logits=True``.
+
+    Returns ``{"epochs": [1, 2, ...], "val_logits": (E, N_val, K), "test_logits": (E, N_test, K),
+    "val_labels", "test_labels"}``; only epochs up to the run's last finished one are read.
+    """
+    folder = Path(run_dir) / EPOCH_LOGITS_DIR
+    files = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
+    if not files:
+        raise FileNotFoundError(f"no per-epoch logits in {folder}: train with keep_epoch_logits=True "
+                                "(CLI: --keep-epoch-logits)")
+    done = len(load_history(run_dir))
+    epochs = [int(f.stem.split("_")[1]) for f in files]
+    keep = [(e, f) for e, f in zip(epochs, files) if e <= done]
+    recs = [torch.load(f, map_location="cpu", weights_only=True) for _, f in keep]
+    return {"epochs": [e for e, _ in keep],
+            "val_logits": torch.stack([r["val_logits"] for r in recs]),
+            "test_logits": torch.stack([r["test_logits"] for r in recs]),
+            "val_labels": recs[0]["val_labels"], "test_labels": recs[0]["test_labels"]}
 
 
 def train(config: TrainConfig, *, resume: bool = False, data: Any | None = None) -> Trainer:
