@@ -104,7 +104,7 @@ TS_METHODS = ("nll", "grid")
 # (the papers' protocols as data) and are re-exported here.
 # random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
-_TOY_DATA = ("digits", "gaussian")  # offline data of calib.data.toy: fixed splits, no val_size
+_TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
