@@ -152,6 +152,8 @@ class TrainConfig:
     * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
       of :meth:`Trainer.train_step` (the public code of Mukhoti et al. (2020) clips at 2);
       ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
+    * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.mixup`;
+      Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
     * ``keep_epoch_logits``: save the validation and test logits after every epoch under
       ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
       Wang et al. (2021), Fig. 4.
@@ -196,6 +198,7 @@ class TrainConfig:
     ts_grid_step: float = 0.1
     clip_grad: float | None = None
     keep_epoch_logits: bool = False
+    mixup_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         self.milestones = tuple(int(m) for m in self.milestones)
@@ -236,6 +239,10 @@ class TrainConfig:
                                            or not isinstance(self.clip_grad, (int, float))
                                            or not math.isfinite(self.clip_grad) or self.clip_grad <= 0):
             raise ValueError(f"clip_grad must be None or a finite number > 0, got {self.clip_grad!r}")
+        from .mixup import check_alpha
+
+        if check_alpha(self.mixup_alpha, "mixup_alpha") > 0 and self.meta != "none":
+            raise ValueError(f"mixup_alpha > 0 cannot be combined with meta={self.meta!r} (its own train step)")
         if not isinstance(self.keep_epoch_logits, bool):
             raise TypeError(f"keep_epoch_logits must be True or False, got {self.keep_epoch_logits!r}")
         if bad := [s for s in self.track if s not in ("train", "test")]:
@@ -656,9 +663,14 @@ class Trainer:
         The forward pass runs under autocast; the loss is computed in float32.
         """
         self.net.train()
+        mixed = None
+        if self.config.mixup_alpha > 0:  # mixup (Zhang et al. 2018): calib.mixup
+            from .mixup import draw_seed, mix_batch
+
+            mixed = mix_batch(x, y, self.config.mixup_alpha, seed=draw_seed())
         with self.autocast():
-            logits = self.net(x)
-        loss = self.criterion(logits.float(), y)
+            logits = self.net(x if mixed is None else mixed.x)
+        loss = self.criterion(logits.float(), y) if mixed is None else mixed.loss(self.criterion, logits.float())
         if loss.ndim:
             loss = loss.mean()
         self.optimizer.zero_grad(set_to_none=True)
