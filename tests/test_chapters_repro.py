@@ -1,6 +1,7 @@
 """Checks for the logic chapters 9-11 rely on (the reproductions part of the book)."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -29,3 +30,43 @@ def test_gaussian_overlap_classes_overlap() -> None:
 def test_gaussian_overlap_refuses_val_size() -> None:
     with pytest.raises(ValueError, match="val_size"):
         cdata.load("gaussian_overlap", val_size=10)
+
+
+# ------------------------------------------------------------------- calib.plots.repro
+def test_epoch_band_curves_draws_mean_and_band() -> None:
+    from calib import plots
+
+    a = np.array([[3.0, 2.0, 1.0], [5.0, 4.0, 3.0]])
+    fig = plots.epoch_band_curves({"CE": a, "LS": a + 1}, ylabel="ECE (%)", milestones=(2,))
+    ax = fig.axes[0]
+    assert np.allclose(ax.lines[0].get_ydata(), [4.0, 3.0, 2.0])
+    assert fig.get_figwidth() <= 7
+    with pytest.raises(ValueError, match="NaN"):
+        plots.epoch_band_curves({"CE": [[1.0, np.nan]]}, ylabel="x")
+    with pytest.raises(ValueError, match="empty"):
+        plots.epoch_band_curves({}, ylabel="x")
+
+
+def test_coefficient_curves_one_panel_per_loss() -> None:
+    from calib import plots
+
+    panels = {"label smoothing": {"before TS": ([0.01, 0.05], [0.1, 0.05], [0.01, 0.01]),
+                                  "after TS": ([0.01, 0.05], [0.04, 0.04], [0.0, 0.01])},
+              "focal": {"before TS": ([1, 3], [0.2, 0.1], [0.0, 0.0])}}
+    fig = plots.coefficient_curves(panels, ylabel="ECE", logx=("focal",))
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 2 and visible[1].get_xscale() == "log"
+    with pytest.raises(ValueError, match="one length"):
+        plots.coefficient_curves({"x": {"a": ([1, 2], [1], [1])}}, ylabel="y")
+
+
+def test_grouped_histograms_counts_every_value() -> None:
+    from calib import plots
+
+    v = np.arange(10.0)
+    g = np.array([0, 1] * 5)
+    fig = plots.grouped_histograms({"CE": (v, g)}, group_labels=["early", "late"], xlabel="max logit", bins=5)
+    heights = sum(p.get_height() for p in fig.axes[0].patches)
+    assert heights == pytest.approx(10)  # every value counted once, in its own group
+    with pytest.raises(ValueError, match="groups"):
+        plots.grouped_histograms({"CE": (v, g + 5)}, group_labels=["a", "b"], xlabel="x")
