@@ -308,6 +308,22 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
     return None
 
 
+def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse (read-only) a directory that holds another sweep or something else."""
+    path = out / MANIFEST_FILE
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SweepError(f"{path} is unreadable ({exc}); not touching {out}") from None
+        if diff := _manifest_diff(old, manifest):
+            raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
+                             "arguments to resume it")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
+                         "directory; choose another one")
+
+
 def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
     """Write the manifest, or check the one there; refuse a foreign directory before touching it."""
     path = out / MANIFEST_FILE
@@ -362,15 +378,40 @@ def _finished(run_dir: Path) -> bool:
     return (run_dir / METRICS_FILE).is_file()
 
 
-def _run_cell(cfg: Any) -> None:
+def _trainer_class(cfg: Any) -> type:
     from .train import Trainer
 
-    cls = Trainer
-    if cfg.meta != "none":
+    if cfg.meta == "none":
+        return Trainer
+    try:
         from .meta import MetaTrainer
+    except ImportError as exc:
+        raise SweepError(f"meta={cfg.meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
+    return MetaTrainer
 
-        cls = MetaTrainer
-    cls(cfg, data=_data_for(cfg)).fit(resume=True)
+
+def _run_cell(cfg: Any) -> None:
+    _trainer_class(cfg)(cfg, data=_data_for(cfg)).fit(resume=True)
+
+
+def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int]) -> None:
+    """Build (without training) one trainer per (data, model, loss) still to run.
+
+    This loads each dataset (missing files fail here), builds each model on its data (a
+    convolutional net on feature vectors fails here) and each loss, so a bad grid stops
+    before its first run instead of after some of them.
+    """
+    seen: set[tuple] = set()
+    for i in mine:
+        cell, cfg = cells[i], configs[i]
+        key = (cell.data, cell.model, cell.loss, cell.loss_kwargs)
+        if key in seen or _finished(Path(cfg.out)):
+            continue
+        seen.add(key)
+        try:
+            _trainer_class(cfg)(cfg, data=_data_for(cfg))
+        except (TypeError, ValueError, FileNotFoundError) as exc:
+            raise SweepError(f"cell {cell.name}: {exc}") from None
 
 
 def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
@@ -459,8 +500,12 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
         configs = [_cell_config(c, out, preset, profile, train_overrides) for c in cells]
     except (TypeError, ValueError) as exc:
         raise SweepError(f"bad training setting: {exc}") from None
-    _claim_directory(out, _manifest(cells, configs))
     mine = [i for i in range(len(cells)) if shard_t is None or i % shard_t[1] == shard_t[0] - 1]
+    manifest = _manifest(cells, configs)
+    _check_directory(out, manifest)
+    if not merge:
+        _preflight(cells, configs, mine)
+    _claim_directory(out, manifest)
     trained: list[str] = []
     if not merge:
         trained = _run_cells(out, cells, configs, mine, progress)

@@ -20,7 +20,8 @@ TRAIN_OPTIONS = ["--data", "--data-root", "--download", "--val-size", "--split-s
                  "--meta-objective", "--meta-arg", "--profile", "--preset", "--epochs", "--milestones", "--gamma-lr",
                  "--batch-size", "--lr", "--momentum", "--weight-decay", "--optimizer", "--seed", "--augment",
                  "--out", "--resume", "--amp", "--compile", "--channels-last", "--device", "--n-bins",
-                 "--ts-method", "--track", "--no-progress"]
+                 "--ts-method", "--track", "--no-progress", "--select", "--clip-grad", "--ts-grid-step",
+                 "--keep-epoch-logits"]
 
 
 def exit_code(argv, capsys) -> tuple[int, str]:
