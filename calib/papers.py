@@ -23,7 +23,8 @@ model           calib's model name (``calib.models.names()``) of the network the
                 from (:data:`PAPER_MODELS`), or one of :data:`PAPER_ONLY_MODELS`
 method          a loss of ``calib.losses.names()`` or a training method of :data:`METHODS`
 metric          ``ece``, ``adaece``, ``classwise_ece``, ``mce``, ``nll``, ``error``,
-                ``accuracy``, ``ece_hb`` (ECE after histogram binning), ``pearson_r``
+                ``accuracy``, ``ece_hb`` (ECE after histogram binning), ``pearson_r``,
+                ``train_minutes`` (wall-clock training time; table ``timing``)
 ts              ``pre`` / ``post``: before / after temperature scaling; empty where the
                 distinction does not apply (accuracy, histogram binning, correlations)
 value           the number as printed (ECE, MCE, AdaECE, error and accuracy in %)

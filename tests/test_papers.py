@@ -15,6 +15,8 @@ EXPECTED_COUNTS = {
     ("lin2024uncertainty", "1"): 9 * 7 * 2,
     # Lin et al. (2024) §4.3: Pearson coefficients of gBS, DFL and FL.
     ("lin2024uncertainty", "s4.3"): 3,
+    # Lin et al. (2024) appendix (computation efficiency): training minutes of CE and BSCE-GRA.
+    ("lin2024uncertainty", "timing"): 2,
     # Wang & Golebiowski (2024) Table 1: 12 method rows on CIFAR-10, 12 on CIFAR-100 and 10 on
     # Tiny-ImageNet (no CE (TS), only LS (0.1)) × 6 metrics (Error, NLL, ECE, MCE, ACE, Classwise ECE).
     ("wang2024unbiased", "1"): (12 + 12 + 10) * 6,
