@@ -133,10 +133,15 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
         g.add_argument("--lam", type=float, default=None, help="regulariser weight lambda (e.g. MMCE, DECE)")
         g.add_argument("--loss-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="any other keyword for calib.losses.make (repeatable)")
-    g.add_argument("--meta", choices=("none", "gamma_net"), default="none",
-                   help="meta-regularisation: gamma_net learns a focal gamma per sample (Wang & Golebiowski (2024))")
+    g.add_argument("--meta", choices=("none", "gamma_net", "l2_reg"), default="none",
+                   help="meta-regularisation: gamma_net learns a focal gamma per sample (Wang & Golebiowski (2024)); "
+                        "l2_reg learns an L2 penalty on the classifier (Bohdal et al. (2021); with --loss ce the "
+                        "CE-DECE / CE-SECE baselines of Wang & Golebiowski (2024))")
     g.add_argument("--meta-objective", choices=("sece", "dece"), default="sece",
-                   help="calibration objective of the gamma-Net meta step")
+                   help="calibration objective of the meta step")
+    g.add_argument("--mixup", type=float, default=None, metavar="ALPHA",
+                   help="train on mixup batches, lambda ~ Beta(ALPHA, ALPHA) (Zhang et al. (2018); "
+                        "Wang & Golebiowski (2024) use 1.0); default off")
     g.add_argument("--meta-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                    help="gamma-Net setting (meta_lr, bandwidth, order, tau, init_gamma), e.g. meta_lr=1e-4 (repeatable)")
 
@@ -254,6 +259,8 @@ def training_overrides(args: argparse.Namespace) -> dict[str, Any]:
     for name in _SCHEDULE:
         if getattr(args, name) is not None:
             overrides[name] = getattr(args, name)
+    if args.mixup is not None:
+        overrides["mixup_alpha"] = args.mixup
     return overrides
 
 
