@@ -59,6 +59,21 @@ from torch import Tensor, nn
 
 from . import profile as _profile
 from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+from .records import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    EPOCH_LOGITS_DIR,
+    HISTORY_FILE,
+    LOGITS_FILE,
+    METRICS_FILE,
+    TS_METHODS,
+    _atomic_write_text,
+    atomic_save,
+    compute_metrics,
+    load_epoch_logits,
+    load_history,
+    load_logits,
+)
 from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 
 __all__ = [
@@ -86,19 +101,12 @@ __all__ = [
     "CHECKPOINT_FILE",
 ]
 
-CONFIG_FILE = "config.json"
-HISTORY_FILE = "history.jsonl"
-METRICS_FILE = "metrics.json"
-LOGITS_FILE = "logits.pt"
-CHECKPOINT_FILE = "checkpoint.pt"
-EPOCH_LOGITS_DIR = "epoch_logits"  # epoch_0001.pt, ... with keep_epoch_logits=True
 CHECKPOINT_FORMAT = 1
 PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
 SELECT_MODES = ("last", "best_val")
-TS_METHODS = ("nll", "grid")
 
 # PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
 # (the papers' protocols as data) and are re-exported here.
@@ -341,38 +349,6 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then ``os.replace``.
-
-    A crash mid-write leaves at most a stray temp file; ``path`` keeps its previous,
-    complete content until the rename, which POSIX makes atomic.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -996,70 +972,6 @@ def load_config(run_dir: str | os.PathLike) -> TrainConfig:
     return TrainConfig.from_json(path.read_text())
 
 
-def load_history(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The per-epoch lines of ``history.jsonl``."""
-    path = Path(run_dir) / HISTORY_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:
-    """``{"val_logits", "val_labels", "test_logits", "test_labels"}`` of a finished run."""
-    path = Path(run_dir) / LOGITS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: has the run in {run_dir} finished?")
-    try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
-        raise ValueError(f"{path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
-                         "rerun the training with --resume to write it again") from exc
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} does not hold a dict of logits and labels")
-    if missing := {"val_logits", "val_labels", "test_logits", "test_labels"} - set(record):
-        raise ValueError(f"{path} lacks {sorted(missing)}")
-    return record
-
-
-def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method: str = "nll",
-                    ts_grid_step: float = 0.1, select: str | None = None) -> dict[str, Any]:
-    """Test metrics before and after temperature scaling fitted on the validation logits.
-
-    ``calib.metrics.summary`` (accuracy, NLL, Brier, ECE, AdaECE, Classwise-ECE, MCE with
-    ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)`` for two temperatures fitted on
-    the validation split by ``calib.posthoc.TemperatureScaling``: ``"nll"``, the NLL minimiser
-    (Guo et al.), and ``"grid"``, the lowest validation ECE over ``ts_grid_step, ..., 10``
-    (Mukhoti et al. (2020) Table 1 and Lin et al. (2024) §5 with step 0.1; Wang et al. (2021)
-    §3.2 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
-    ``post_ts`` and ``temperature``. ``selected_epoch`` (from the record) says which epoch's
-    weights produced the logits.
-    """
-    from . import metrics, posthoc
-
-    check_positive_int(n_bins, "n_bins")
-    if ts_method not in TS_METHODS:
-        raise ValueError(f"ts_method must be 'nll' or 'grid', got {ts_method!r}")
-    test_logits, test_labels = record["test_logits"], record["test_labels"]
-    pre = metrics.summary(torch.softmax(test_logits.double(), 1), test_labels, n_bins=n_bins)
-    as_float = lambda d: {k: float(v) for k, v in d.items()}  # noqa: E731
-    grids = {"nll": None, "grid": posthoc.default_grid(ts_grid_step)}
-    fits: dict[str, dict[str, Any]] = {}
-    for method, grid in grids.items():
-        ts = posthoc.TemperatureScaling(method=method, grid=grid, n_bins=n_bins)
-        ts.fit(record["val_logits"], record["val_labels"])
-        post = metrics.summary(ts.predict_proba(test_logits), test_labels, n_bins=n_bins)
-        fits[method] = {"temperature": float(ts.temperature), "post_ts": as_float(post)}
-    out = {"pre_ts": as_float(pre), "post_ts": fits[ts_method]["post_ts"],
-           "temperature": fits[ts_method]["temperature"], "ts_method": ts_method, "ts": fits,
-           "ts_grid_step": float(ts_grid_step), "n_bins": n_bins, "n_test": int(test_labels.shape[0]),
-           "n_val": int(record["val_labels"].shape[0])}
-    if "selected_epoch" in record:
-        out["selected_epoch"] = int(record["selected_epoch"])
-    if select is not None:
-        out["select"] = select
-    return out
-
-
 def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None) -> dict[str, Any]:
     """Recompute ``metrics.json`` of a run from its saved logits (no retraining) and return it.
 
@@ -1073,27 +985,6 @@ def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_me
                               ts_grid_step=cfg.ts_grid_step, select=cfg.select)
     _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
-
-
-def load_epoch_logits(run_dir: str | os.PathLike) -> dict[str, Any]:
-    """Per-epoch logits of a run trained with ``keep_epoch_logits=True``.
-
-    Returns ``{"epochs": [1, 2, ...], "val_logits": (E, N_val, K), "test_logits": (E, N_test, K),
-    "val_labels", "test_labels"}``; only epochs up to the run's last finished one are read.
-    """
-    folder = Path(run_dir) / EPOCH_LOGITS_DIR
-    files = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
-    if not files:
-        raise FileNotFoundError(f"no per-epoch logits in {folder}: train with keep_epoch_logits=True "
-                                "(CLI: --keep-epoch-logits)")
-    done = len(load_history(run_dir))
-    epochs = [int(f.stem.split("_")[1]) for f in files]
-    keep = [(e, f) for e, f in zip(epochs, files) if e <= done]
-    recs = [torch.load(f, map_location="cpu", weights_only=True) for _, f in keep]
-    return {"epochs": [e for e, _ in keep],
-            "val_logits": torch.stack([r["val_logits"] for r in recs]),
-            "test_logits": torch.stack([r["test_logits"] for r in recs]),
-            "val_labels": recs[0]["val_labels"], "test_labels": recs[0]["test_labels"]}
 
 
 def train(config: TrainConfig, *, resume: bool = False, data: Any | None = None) -> Trainer:
