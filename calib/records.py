@@ -50,11 +50,13 @@ EPOCH_LOGITS_DIR = "epoch_logits"  # epoch_0001.pt, ... with keep_epoch_logits=T
 TS_METHODS = ("nll", "grid")
 
 
-def atomic_save(obj: Any, path: Path) -> None:
+def atomic_save(obj: Any, path: Path, *, durable: bool = True) -> None:
     """``torch.save`` to a temp file in the same folder, fsync, then ``os.replace``.
 
     A crash mid-write leaves at most a stray temp file; ``path`` keeps its previous,
-    complete content until the rename, which POSIX makes atomic.
+    complete content until the rename, which POSIX makes atomic. ``durable=False`` skips
+    the two fsyncs: still safe against a killed process (the rename is atomic and the
+    bytes are in the page cache), not against a power cut; ~10 ms saved per file.
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -62,12 +64,15 @@ def atomic_save(obj: Any, path: Path) -> None:
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             tmp.unlink()
         raise
+    if not durable:
+        return
     with contextlib.suppress(OSError):  # make the rename itself durable
         fd = os.open(path.parent, os.O_RDONLY)
         try:

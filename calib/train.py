@@ -116,7 +116,7 @@ _TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
-_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size")
+_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync")
 
 
 class CheckpointError(ValueError):
@@ -165,6 +165,8 @@ class TrainConfig:
     * ``keep_epoch_logits``: save the validation and test logits after every epoch under
       ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
       Wang et al. (2021), Fig. 4.
+    * ``fsync`` (runtime only): fsync checkpoints and logits after writing them (atomic
+      either way; ``False`` trades power-cut durability for speed on tiny runs).
     """
 
     data: str = "digits"
@@ -206,6 +208,7 @@ class TrainConfig:
     ts_grid_step: float = 0.1
     clip_grad: float | None = None
     keep_epoch_logits: bool = False
+    fsync: bool = True
     mixup_alpha: float = 0.0
 
     def __post_init__(self) -> None:
@@ -251,6 +254,8 @@ class TrainConfig:
 
         if check_alpha(self.mixup_alpha, "mixup_alpha") > 0 and self.meta != "none":
             raise ValueError(f"mixup_alpha > 0 cannot be combined with meta={self.meta!r} (its own train step)")
+        if not isinstance(self.fsync, bool):
+            raise TypeError(f"fsync must be True or False, got {self.fsync!r}")
         if not isinstance(self.keep_epoch_logits, bool):
             raise TypeError(f"keep_epoch_logits must be True or False, got {self.keep_epoch_logits!r}")
         if bad := [s for s in self.track if s not in ("train", "test")]:
@@ -760,7 +765,7 @@ class Trainer:
             return None
         path = self.out / CHECKPOINT_FILE
         if self.is_main:
-            atomic_save(self.checkpoint_state(step=step, sums=sums), path)
+            atomic_save(self.checkpoint_state(step=step, sums=sums), path, durable=self.config.fsync)
         self._barrier()
         return path
 
@@ -936,7 +941,8 @@ class Trainer:
             folder = self.out / EPOCH_LOGITS_DIR
             folder.mkdir(exist_ok=True)
             atomic_save({"val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
-                         "test_labels": test_labels}, folder / f"epoch_{self.epoch:04d}.pt")
+                         "test_labels": test_labels}, folder / f"epoch_{self.epoch:04d}.pt",
+                        durable=self.config.fsync)
 
     def finish(self) -> dict[str, Any]:
         """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics.
@@ -955,7 +961,7 @@ class Trainer:
             return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method,
                                    ts_grid_step=self.config.ts_grid_step, select=self.config.select)
         if self.is_main:
-            atomic_save(record, self.out / LOGITS_FILE)
+            atomic_save(record, self.out / LOGITS_FILE, durable=self.config.fsync)
             metrics = evaluate_run(self.out)
         self._barrier()
         return metrics if self.is_main else json.loads((self.out / METRICS_FILE).read_text())
