@@ -353,6 +353,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sub = args.subparser
     overrides = training_overrides(args)
     show = overrides.pop("progress") is not False
+    if show:
+        print(_profile.describe(), file=sys.stderr)
     try:
         result = sw.sweep(args.out, args.loss, args.seeds, data=args.data or ["digits"],
                           model=args.model or ["mlp"], shard=args.shard, merge=args.merge, progress=show,

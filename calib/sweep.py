@@ -447,6 +447,20 @@ class SweepResult:
     missing: list[str] = field(default_factory=list)
     trained: list[str] = field(default_factory=list)
 
+    def run_dir(self, loss: str | Sequence[Any], seed: int, data: str | None = None,
+                model: str | None = None) -> Path:
+        """The run directory of one cell, e.g. ``res.run_dir("focal:gamma=3", 0)``.
+
+        ``data`` and ``model`` may be left out when the sweep had one of each.
+        """
+        name, kwargs = parse_loss(loss)
+        datas = list(dict.fromkeys(r["data"] for r in self.rows)) if data is None else [data]
+        models = list(dict.fromkeys(r["model"] for r in self.rows)) if model is None else [model]
+        if len(datas) != 1 or len(models) != 1:
+            raise ValueError(f"this sweep has data {datas} and models {models}: pass data= and model=")
+        cell = Cell(datas[0], models[0], name, tuple(sorted(kwargs.items())), int(seed))
+        return self.out / RUNS_DIR / cell.name
+
     def to_frame(self, which: str = "rows") -> Any:
         """``rows`` or ``summary`` as a pandas DataFrame (pandas is imported only here)."""
         import pandas as pd

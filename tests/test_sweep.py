@@ -192,6 +192,13 @@ def test_layout_and_columns(reference):
     assert row["temperature"] == m["temperature"] and row["temperature_grid"] == m["ts"]["grid"]["temperature"]
 
 
+def test_run_dir_of_a_cell(reference):
+    out, res = reference
+    path = res.run_dir("focal:gamma=3.0", 1)
+    assert path == out / "runs" / "digits__mlp__focal-gamma=3__s1" and path.is_dir()
+    assert load_config(res.run_dir("ce", 0, data="digits", model="mlp")).seed == 0
+
+
 def test_results_csv_round_trips_exactly(reference):
     out, res = reference
     assert sw.load_results(out) == res.rows
@@ -384,6 +391,11 @@ def test_config_validates_protocol_fields():
             tiny_config(**bad)
     with pytest.raises(TypeError, match="keep_epoch_logits"):
         tiny_config(keep_epoch_logits="yes")
+    with pytest.raises(TypeError, match="fsync"):
+        tiny_config(fsync=1)
+    # fsync is a runtime setting: a run may resume with it changed
+    assert tiny_config(fsync=False).identity() == tiny_config().identity()
+    assert tiny_config(select="best_val").identity() != tiny_config().identity()
 
 
 def test_paper_presets():
