@@ -120,7 +120,9 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
                    help="extra keyword for calib.models.make, e.g. hidden=256 (repeatable)")
     if sweep:
         g.add_argument("--loss", action="append", required=True, metavar="NAME[:KEY=VALUE,...]",
-                       help="a loss of the grid, e.g. ce, focal:gamma=3, bsce_gra:gamma=4,norm=2 (repeatable)")
+                       help="a loss of the grid, e.g. ce, focal:gamma=3, bsce_gra:gamma=4,norm=2 (repeatable); "
+                            "training settings of its cells after @, e.g. ce@mixup_alpha=1 or "
+                            "ce@meta=l2_reg,meta_objective=dece")
     else:
         g.add_argument("--loss", default="ce",
                        help="loss name from calib.losses (ce, focal, flsd53, dual_focal, bsce, bsce_gra, ...)")

@@ -4,7 +4,7 @@
 >>> res = sw.sweep("runs/ch11", losses=["ce", "focal:gamma=3", ("bsce_gra", {"gamma": 4, "norm": 2})],
 ...                seeds=[0, 1, 2], data="digits", model="mlp", epochs=30)      # doctest: +SKIP
 >>> res.rows        # one dict per finished run: the columns of results.csv   # doctest: +SKIP
->>> res.summary     # mean and std over seeds per (data, model, loss, loss_kwargs) # doctest: +SKIP
+>>> res.summary     # mean, std over seeds per (data, model, loss, loss_kwargs, settings) # doctest: +SKIP
 
 The same code runs ``python -m calib sweep``. A sweep directory holds::
 
@@ -31,6 +31,12 @@ Guarantees:
   or with ``merge=True`` (it trains nothing) collects the whole table.
 * *Bad grids* (unknown data, model or loss, a keyword the loss does not take, an empty seed
   list, a bad shard, a bad training setting) raise :class:`SweepError` before any training.
+
+Methods that are not just a loss: a loss item may carry training settings for its cells
+after ``@`` (``"ce@mixup_alpha=1"``, ``"ce@meta=l2_reg,meta_objective=dece"``, or the triple
+``("ce", {}, {"mixup_alpha": 1.0})``), so one grid can hold every row of a table such as
+Wang & Golebiowski (2024) Table 1 (mixup, meta-learned baselines). They fill the ``settings``
+column; any :class:`calib.train.TrainConfig` field other than the grid's own may be set.
 
 Seeds: ``seeds="paper"`` uses the seeds of the preset's paper (:data:`calib.presets.PAPER_SEEDS`;
 Lin et al. (2024): 1, 42, 71).
@@ -60,6 +66,7 @@ __all__ = [
     "MANIFEST_FILE",
     "RESULTS_FILE",
     "parse_loss",
+    "parse_method",
     "parse_shard",
     "format_loss_kwargs",
     "grid_cells",
@@ -77,9 +84,9 @@ RUNS_DIR = "runs"
 MANIFEST_FORMAT = 1
 
 METRICS = ("accuracy", "nll", "brier", "ece", "adaece", "classwise_ece", "mce")
-SUMMARY_KEYS = ("data", "model", "loss", "loss_kwargs")
+SUMMARY_KEYS = ("data", "model", "loss", "loss_kwargs", "settings")
 RESULT_COLUMNS = (
-    "data", "model", "loss", "loss_kwargs", "seed",
+    "data", "model", "loss", "loss_kwargs", "settings", "seed",
     *METRICS, *(f"{m}_ts" for m in METRICS),
     "temperature", "ts_method", "temperature_nll", "temperature_grid", "ece_ts_nll", "ece_ts_grid",
     "select", "selected_epoch", "epochs", "seconds",
@@ -113,6 +120,44 @@ def _normal(value: Any) -> Any:
     return value
 
 
+def _parse_items(text: str, spec: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise SweepError(f"loss {spec!r}: expected NAME[:key=value,...][@field=value,...], got item {item!r}")
+        out[key.strip()] = _parse_value(raw.strip())
+    return out
+
+
+def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
+    from .train import TrainConfig
+
+    known = set(TrainConfig.__dataclass_fields__) - set(_GRID_FIELDS)
+    if bad := sorted(set(settings) - known):
+        raise SweepError(f"loss {spec!r}: {', '.join(bad)} is not a training setting a cell may change "
+                         f"(TrainConfig fields other than {', '.join(_GRID_FIELDS)})")
+    return {str(k): _normal(v) for k, v in sorted(settings.items())}
+
+
+def parse_method(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``"ce@mixup_alpha=1"`` -> ``("ce", {}, {"mixup_alpha": 1})``: a loss plus per-cell training settings.
+
+    Also ``(name, kwargs)`` and ``(name, kwargs, settings)``. The loss part is checked by
+    :func:`parse_loss`; the settings must be :class:`calib.train.TrainConfig` fields (their
+    values are checked when the cells' configurations are built).
+    """
+    if isinstance(spec, str):
+        loss_part, _, settings_part = spec.partition("@")
+        name, kwargs = parse_loss(loss_part)
+        return name, kwargs, _check_settings(_parse_items(settings_part, spec), spec)
+    if isinstance(spec, (tuple, list)) and len(spec) == 3 and isinstance(spec[2], Mapping):
+        name, kwargs = parse_loss((spec[0], spec[1]))
+        return name, kwargs, _check_settings(dict(spec[2]), spec)
+    name, kwargs = parse_loss(spec)
+    return name, kwargs, {}
+
+
 def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
     """``"focal:gamma=3"`` -> ``("focal", {"gamma": 3})``; also ``"ce"`` and ``("focal", {"gamma": 3})``.
 
@@ -123,13 +168,10 @@ def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
     from . import losses
 
     if isinstance(spec, str):
+        if "@" in spec:
+            raise SweepError(f"loss {spec!r} carries training settings after '@': read it with parse_method")
         name, _, rest = spec.partition(":")
-        kwargs: dict[str, Any] = {}
-        for item in filter(None, (p.strip() for p in rest.split(","))):
-            key, eq, raw = item.partition("=")
-            if not eq or not key.strip().isidentifier():
-                raise SweepError(f"loss {spec!r}: expected NAME or NAME:key=value,..., got item {item!r}")
-            kwargs[key.strip()] = _parse_value(raw.strip())
+        kwargs: dict[str, Any] = _parse_items(rest, spec)
     elif isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[1], Mapping):
         name, kwargs = spec[0], dict(spec[1])
     else:
@@ -172,7 +214,7 @@ def parse_shard(shard: str | Sequence[int] | None) -> tuple[int, int] | None:
 
 
 def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=,+-]", "_", text)
+    return re.sub(r"[^A-Za-z0-9._=,+@-]", "_", text)
 
 
 @dataclass(frozen=True)
@@ -184,16 +226,25 @@ class Cell:
     loss: str
     loss_kwargs: tuple[tuple[str, Any], ...]
     seed: int
+    settings: tuple[tuple[str, Any], ...] = ()
 
     @property
     def kwargs(self) -> dict[str, Any]:
         return dict(self.loss_kwargs)
 
     @property
+    def method(self) -> tuple:
+        """What the summary groups by: (data, model, loss, loss_kwargs, settings) as text."""
+        return (self.data, self.model, self.loss, format_loss_kwargs(self.kwargs),
+                format_loss_kwargs(dict(self.settings)))
+
+    @property
     def name(self) -> str:
-        """Directory name under ``runs/``, e.g. ``digits__mlp__focal-gamma=3__s0``."""
+        """Directory name under ``runs/``, e.g. ``digits__mlp__focal-gamma=3__s0``, ``..__ce@mixup_alpha=1__s0``."""
         kw = format_loss_kwargs(self.kwargs)
         loss = f"{self.loss}-{kw}" if kw else self.loss
+        if self.settings:
+            loss += "@" + format_loss_kwargs(dict(self.settings))
         return _slug(f"{self.data}__{self.model}__{loss}__s{self.seed}")
 
 
@@ -239,11 +290,11 @@ def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "d
     if isinstance(losses, str) or (isinstance(losses, tuple) and len(losses) == 2
                                    and isinstance(losses[1], Mapping)):
         losses = [losses]  # one loss given bare
-    parsed = [parse_loss(s) for s in losses]
+    parsed = [parse_method(s) for s in losses]
     if not parsed:
         raise SweepError("losses is empty: give at least one loss (CLI: --loss NAME[:key=value,...])")
-    keys = [(n, format_loss_kwargs(k)) for n, k in parsed]
-    if dup := [f"{n}:{k}" if k else n for n, k in keys if keys.count((n, k)) > 1]:
+    keys = [(n, format_loss_kwargs(k), format_loss_kwargs(t)) for n, k, t in parsed]
+    if dup := [f"{n}:{k}@{t}" for n, k, t in keys if keys.count((n, k, t)) > 1]:
         raise SweepError(f"loss listed twice: {dup[0]}")
     datas, model_names = _as_list(data, "data"), _as_list(model, "model")
     if bad := [d for d in datas if d not in cdata.datasets()]:
@@ -251,8 +302,8 @@ def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "d
     if bad := [m for m in model_names if m not in models.names()]:
         raise SweepError(f"model {bad[0]!r} is not a model; choose one of {', '.join(models.names())}")
     seed_list = _seeds(seeds, preset)
-    return [Cell(d, m, n, tuple(sorted(k.items())), s)
-            for d in datas for m in model_names for n, k in parsed for s in seed_list]
+    return [Cell(d, m, n, tuple(sorted(k.items())), s, tuple(sorted(t.items())))
+            for d in datas for m in model_names for n, k, t in parsed for s in seed_list]
 
 
 # ----------------------------------------------------------------------------- configs and manifest
@@ -264,6 +315,7 @@ def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
     from .train import _TOY_DATA, TrainConfig
 
     kw = dict(overrides)
+    kw.update(dict(cell.settings))
     kw.update(data=cell.data, model=cell.model, loss=cell.loss, loss_kwargs=cell.kwargs, seed=cell.seed,
               out=str(out / RUNS_DIR / cell.name))
     kw.setdefault("progress", False)
@@ -406,7 +458,7 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
     seen: set[tuple] = set()
     for i in mine:
         cell, cfg = cells[i], configs[i]
-        key = (cell.data, cell.model, cell.loss, cell.loss_kwargs)
+        key = cell.method
         if key in seen or _finished(Path(cfg.out)):
             continue
         seen.add(key)
@@ -423,7 +475,8 @@ def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
     cfg = load_config(run_dir)
     history = load_history(run_dir)
     row: dict[str, Any] = {"data": cell.data, "model": cell.model, "loss": cell.loss,
-                           "loss_kwargs": format_loss_kwargs(cell.kwargs), "seed": cell.seed}
+                           "loss_kwargs": format_loss_kwargs(cell.kwargs),
+                           "settings": format_loss_kwargs(dict(cell.settings)), "seed": cell.seed}
     row.update({k: m["pre_ts"][k] for k in METRICS})
     row.update({f"{k}_ts": m["post_ts"][k] for k in METRICS})
     ts = m.get("ts", {})
@@ -453,12 +506,13 @@ class SweepResult:
 
         ``data`` and ``model`` may be left out when the sweep had one of each.
         """
-        name, kwargs = parse_loss(loss)
+        name, kwargs, settings = parse_method(loss)
         datas = list(dict.fromkeys(r["data"] for r in self.rows)) if data is None else [data]
         models = list(dict.fromkeys(r["model"] for r in self.rows)) if model is None else [model]
         if len(datas) != 1 or len(models) != 1:
             raise ValueError(f"this sweep has data {datas} and models {models}: pass data= and model=")
-        cell = Cell(datas[0], models[0], name, tuple(sorted(kwargs.items())), int(seed))
+        cell = Cell(datas[0], models[0], name, tuple(sorted(kwargs.items())), int(seed),
+                    tuple(sorted(settings.items())))
         return self.out / RUNS_DIR / cell.name
 
     def to_frame(self, which: str = "rows") -> Any:
@@ -473,6 +527,8 @@ class SweepResult:
 def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], status: str) -> str:
     kw = format_loss_kwargs(cell.kwargs)
     loss = f"{cell.loss}:{kw}" if kw else cell.loss
+    if cell.settings:
+        loss += "@" + format_loss_kwargs(dict(cell.settings))
     return (f"[{i}/{total}] {cell.data} {cell.model} {loss} seed {cell.seed}: acc {100 * row['accuracy']:.2f}% "
             f"ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% (T {row['temperature']:.2f}) "
             f"{status}")
@@ -588,7 +644,7 @@ def _csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
 
 
 def _from_csv(value: str, column: str) -> Any:
-    if column in ("data", "model", "loss", "loss_kwargs", "ts_method", "select"):
+    if column in ("data", "model", "loss", "loss_kwargs", "settings", "ts_method", "select"):
         return value
     if value == "":
         return None
@@ -607,7 +663,7 @@ def load_results(out: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample standard deviation (n - 1; 0 for one run) per (data, model, loss, loss_kwargs).
+    """Mean and sample standard deviation (n - 1; 0 for one run) per (data, model, loss, loss_kwargs, settings).
 
     Groups keep the order in which they first appear. Each summary row holds the group keys,
     ``n`` (runs) and ``<metric>_mean`` / ``<metric>_std`` for every metric of :data:`SUMMARY_METRICS`
@@ -615,7 +671,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for row in rows:
-        groups.setdefault(tuple(row[k] for k in SUMMARY_KEYS), []).append(row)
+        groups.setdefault(tuple(row.get(k, "") for k in SUMMARY_KEYS), []).append(row)
     out = []
     for key, members in groups.items():
         s: dict[str, Any] = dict(zip(SUMMARY_KEYS, key))
@@ -641,6 +697,8 @@ def summary_markdown(summary: Sequence[Mapping[str, Any]], *, missing: int = 0) 
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for s in summary:
         loss = f"{s['loss']} ({s['loss_kwargs']})" if s["loss_kwargs"] else s["loss"]
+        if s.get("settings"):
+            loss += f" @ {s['settings']}"
         cells = [s["data"], s["model"], loss, str(s["n"])]
         for key, _ in _MD_COLUMNS:
             base = key[:-3] if key.endswith("_ts") else key

@@ -115,6 +115,39 @@ def test_format_loss_kwargs_round_trips_through_parse():
     assert sw.parse_loss(f"{name}:{sw.format_loss_kwargs(kw)}") == (name, kw)
 
 
+@pytest.mark.parametrize("spec, expected", [
+    ("ce@mixup_alpha=1", ("ce", {}, {"mixup_alpha": 1})),
+    ("focal:gamma=3@select=best_val,clip_grad=2", ("focal", {"gamma": 3}, {"clip_grad": 2, "select": "best_val"})),
+    (("ce", {}, {"mixup_alpha": 1.0}), ("ce", {}, {"mixup_alpha": 1})),
+    ("ce", ("ce", {}, {})),
+])
+def test_parse_method(spec, expected):
+    assert sw.parse_method(spec) == expected
+
+
+@pytest.mark.parametrize("spec, word", [("ce@seed=3", "seed"), ("ce@bogus=1", "bogus"), ("ce@mixup", "field=value")])
+def test_parse_method_refuses(spec, word):
+    with pytest.raises(sw.SweepError, match=word):
+        sw.parse_method(spec)
+    with pytest.raises(sw.SweepError, match="parse_method"):
+        sw.parse_loss("ce@mixup_alpha=1")
+
+
+def test_methods_with_training_settings(tmp_path):
+    out = tmp_path / "m"
+    res = sw.sweep(out, ["ce", "ce@mixup_alpha=1"], [0], progress=False, **TINY)
+    assert [(r["loss"], r["settings"]) for r in res.rows] == [("ce", ""), ("ce", "mixup_alpha=1")]
+    assert [s["settings"] for s in res.summary] == ["", "mixup_alpha=1"]
+    run = res.run_dir("ce@mixup_alpha=1", 0)
+    assert run.name == "digits__mlp__ce@mixup_alpha=1__s0"
+    assert load_config(run).mixup_alpha == 1.0 and load_config(res.run_dir("ce", 0)).mixup_alpha == 0.0
+    assert res.rows[0]["ece"] != res.rows[1]["ece"]
+    assert "ce @ mixup_alpha=1" in (out / "summary.md").read_text()
+    with pytest.raises(sw.SweepError, match="mixup_alpha"):
+        sw.sweep(tmp_path / "bad", ["ce@mixup_alpha=-1"], [0], progress=False, **TINY)
+    assert not (tmp_path / "bad").exists()
+
+
 @pytest.mark.parametrize("shard, expected", [("1/3", (1, 3)), ((2, 2), (2, 2)), (None, None)])
 def test_parse_shard(shard, expected):
     assert sw.parse_shard(shard) == expected
