@@ -182,6 +182,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
         r.add_argument("--shard", default=None, metavar="I/N",
                        help="run only cells I-1, I-1+N, ... of the grid (1 <= I <= N), to share a sweep")
         r.add_argument("--merge", action="store_true", help="train nothing: collect the finished runs into the tables")
+        r.add_argument("--dry-run", action="store_true",
+                       help="check the grid and print its runs and protocol; train and write nothing")
     else:
         r.add_argument("--out", required=True, help="run directory to write")
         r.add_argument("--resume", action="store_true",
@@ -355,6 +357,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     sub = args.subparser
     overrides = training_overrides(args)
     show = overrides.pop("progress") is not False
+    if args.dry_run:
+        try:
+            planned = sw.plan(args.out, args.loss, args.seeds, data=args.data or ["digits"],
+                              model=args.model or ["mlp"], preset=args.preset, profile=args.profile, **overrides)
+            sw.parse_shard(args.shard)
+        except sw.SweepError as exc:
+            sub.error(str(exc))
+        print(sw.describe_plan(planned))
+        return 0
     if show:
         print(_profile.describe(), file=sys.stderr)
     try:

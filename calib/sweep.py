@@ -71,6 +71,8 @@ __all__ = [
     "format_loss_kwargs",
     "grid_cells",
     "sweep",
+    "plan",
+    "describe_plan",
     "load_results",
     "summarize",
     "summary_markdown",
@@ -534,6 +536,46 @@ def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], statu
             f"{status}")
 
 
+def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
+         model: str | Iterable[str] = "mlp", *, preset: str | None = None, profile: str | None = None,
+         **train_overrides: Any) -> list[tuple[Cell, Any]]:
+    """The cells of a sweep and their :class:`calib.train.TrainConfig`, without touching anything.
+
+    The arguments are those of :func:`sweep`; every check that needs no data runs here (names,
+    loss keywords, seeds, training settings), so ``plan`` tells whether a paper-scale command
+    is valid on a machine that cannot run it. ``python -m calib sweep ... --dry-run`` prints it.
+    """
+    out = Path(out)
+    _check_overrides(train_overrides)
+    if profile is not None:
+        from .profile import PROFILES
+
+        if profile not in PROFILES:
+            raise SweepError(f"profile must be one of {PROFILES}, got {profile!r}")
+    from .presets import PRESETS
+
+    if preset is not None and preset not in PRESETS:
+        raise SweepError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    cells = grid_cells(losses, seeds, data, model, preset)
+    try:
+        return [(c, _cell_config(c, out, preset, profile, train_overrides)) for c in cells]
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"bad training setting: {exc}") from None
+
+
+def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
+    """A short text: how many runs and epochs, and the protocol of the cells (from their configs)."""
+    cfgs = [cfg for _, cfg in planned]
+    keys = ("profile", "preset", "epochs", "milestones", "lr", "batch_size", "weight_decay", "val_size",
+            "select", "ts_method", "ts_grid_step", "clip_grad")
+    lines = [f"{len(planned)} runs, {sum(c.epochs for c in cfgs)} epochs in all"]
+    for k in keys:
+        values = list(dict.fromkeys(json.dumps(getattr(c, k)) for c in cfgs))
+        lines.append(f"  {k}: {' | '.join(values)}")
+    lines.append("  runs: " + ", ".join(c.name for c, _ in planned[:4]) + (" ..." if len(planned) > 4 else ""))
+    return "\n".join(lines)
+
+
 def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
           model: str | Iterable[str] = "mlp", *, shard: Any = None, merge: bool = False,
           progress: bool = True, preset: str | None = None, profile: str | None = None,
@@ -554,24 +596,11 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
     different sweep, before anything is trained or written.
     """
     out = Path(out)
-    _check_overrides(train_overrides)
     shard_t = parse_shard(shard)
     if shard_t is not None and merge:
         raise SweepError("merge collects every shard: call it without shard")
-    if profile is not None:
-        from .profile import PROFILES
-
-        if profile not in PROFILES:
-            raise SweepError(f"profile must be one of {PROFILES}, got {profile!r}")
-    from .presets import PRESETS
-
-    if preset is not None and preset not in PRESETS:
-        raise SweepError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-    cells = grid_cells(losses, seeds, data, model, preset)
-    try:
-        configs = [_cell_config(c, out, preset, profile, train_overrides) for c in cells]
-    except (TypeError, ValueError) as exc:
-        raise SweepError(f"bad training setting: {exc}") from None
+    planned = plan(out, losses, seeds, data, model, preset=preset, profile=profile, **train_overrides)
+    cells, configs = [c for c, _ in planned], [cfg for _, cfg in planned]
     mine = [i for i in range(len(cells)) if shard_t is None or i % shard_t[1] == shard_t[0] - 1]
     manifest = _manifest(cells, configs)
     _check_directory(out, manifest)

@@ -552,3 +552,20 @@ def test_sweep_help_documents_every_option():
     for parser in (sub["sweep"], sub["train"]):  # papers by author-year, never by file number
         help_text = parser.format_help() + (parser.description or "")
         assert not re.search(r"(?<![\d.])00[0-4](?![\d])", help_text), help_text
+
+
+def test_plan_checks_a_paper_command_without_touching_anything(tmp_path, capsys):
+    out = tmp_path / "lin"
+    planned = sw.plan(out, ["ce", "bsce_gra:gamma=4,norm=2"], "paper", data="cifar10", model="resnet50",
+                      preset="lin2024", profile="paper")
+    assert [c.seed for c, _ in planned] == [1, 42, 71, 1, 42, 71]
+    cfg = planned[0][1]
+    assert (cfg.epochs, cfg.ts_method, cfg.clip_grad, cfg.val_size) == (350, "grid", 2.0, 5000)
+    assert "6 runs, 2100 epochs in all" in sw.describe_plan(planned)
+    assert main(["sweep", "--data", "cifar10", "--model", "resnet50", "--loss", "ce", "--preset", "lin2024",
+                 "--seeds", "paper", "--profile", "paper", "--out", str(out), "--dry-run"]) == 0
+    assert "ts_method: \"grid\"" in capsys.readouterr().out
+    assert not out.exists()
+    with pytest.raises(SystemExit):
+        main(["sweep", "--loss", "hinge", "--seeds", "0", "--out", str(out), "--dry-run"])
+    assert not out.exists()
