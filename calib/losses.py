@@ -16,18 +16,19 @@ Conventions, shared by every loss:
   ``torch.autocast`` (bf16/fp16) changes only the rounding of the incoming logits. Weights
   such as ``(1 − p_y)^γ`` are formed in log space (:mod:`calib.uncertainty`), so values and
   gradients stay finite for logits up to ±1e4, for ``p_y → 1`` and for ``0 < γ < 1``.
-* **Loss weighting vs gradient weighting** (000 §4). ``focal``, ``dual_focal`` and ``bsce``
+* **Loss weighting vs gradient weighting** (Lin et al. (2024), §4). ``focal``, ``dual_focal`` and ``bsce``
   are ``u · CE`` and differentiate through the weight ``u``. Their ``*_gra`` twins use the
   same ``u`` *detached*: the value is ``u · CE`` but the gradient is exactly ``u · ∇CE``.
-  Only that gradient matters for training; 000 Eq. 10 and 14 define the loss as its integral.
+  Only that gradient matters for training; Lin et al. 2024, Eq. 10 and 14 define the loss as its integral.
 * **Batch-level objectives** (``mmce``, ``dece``, ``sece``) measure a whole batch. Their
   ``"mean"`` is the batch value, ``"none"`` repeats it for every sample and ``"sum"`` is N
   times it, so that ``mean == sum / N == none.mean()`` holds for every loss here. As
   penalties they are added to the mean CE: ``ce_dece`` is ``CE + λ·DECE`` and ``ce_sece`` is
   ``CE + λ·SECE`` (``mmce`` is always ``CE + λ·MMCE_w``, as Kumar et al. train it).
 
-Sources: 000 = Lin et al. (BSCE-GRA), 001 = gamma-Net + SECE, 002 = student comparison,
-003 = Wang et al. (calibrated vs calibratable), 004 = Mukhoti et al. (focal loss).
+Sources: Lin et al. (2024) (BSCE-GRA), Wang & Golebiowski (2024) (gamma-Net + SECE), the
+student report (2021) (a comparison of regularisers), Wang et al. (2021) (calibrated vs
+calibratable) and Mukhoti et al. (2020) (focal loss).
 """
 from __future__ import annotations
 
@@ -126,7 +127,7 @@ def _ce(lp: Tensor, y: Tensor) -> Tensor:
 # =========================================================================== CE and regularisers
 @_full_precision
 def cross_entropy(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "mean") -> Tensor:
-    """Cross-entropy ``L_CE = −log p̂_y`` (the NLL; 004 §3, ``L_c``)."""
+    """Cross-entropy ``L_CE = −log p̂_y`` (the NLL; Mukhoti et al. 2020, §3, ``L_c``)."""
     x, y = _prepare(logits, targets, reduction)
     return F.cross_entropy(x, y, reduction=reduction)
 
@@ -143,12 +144,12 @@ def label_smoothing_loss(
 
     Two conventions for ``s`` (DESIGN.md §5):
 
-    * ``"uniform"`` (003 §3): ``s = (1 − ε)·y + ε/K``, so
-      ``L = (1 − ε)·CE + ε·CE(u, p̂)`` with ``u`` uniform (003 Eq. 1);
-    * ``"mukhoti"`` (004 §4, with α = ε): ``s = (1 − ε)·y + ε·(1 − y)/(K − 1)``, all the
+    * ``"uniform"`` (Wang et al. (2021), §3): ``s = (1 − ε)·y + ε/K``, so
+      ``L = (1 − ε)·CE + ε·CE(u, p̂)`` with ``u`` uniform (Wang et al. (2021), Eq. 1);
+    * ``"mukhoti"`` (Mukhoti et al. (2020), §4, with α = ε): ``s = (1 − ε)·y + ε·(1 − y)/(K − 1)``, all the
       smoothed mass on the *other* classes.
 
-    ε = 0 is plain CE under both. 004 finds ε = 0.05 best; 003 sweeps 0.01-0.09.
+    ε = 0 is plain CE under both. Mukhoti et al. (2020) find ε = 0.05 best; Wang et al. (2021) sweep 0.01-0.09.
     """
     x, y = _prepare(logits, targets, reduction)
     epsilon = _check_unit(epsilon, "epsilon")
@@ -165,9 +166,11 @@ def label_smoothing_loss(
 def logit_norm_loss(
     logits: ArrayLike, targets: ArrayLike, alpha: float = 0.01, p: float = 1.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE + α‖g‖_p``: CE plus an L_p penalty on the logits ``g`` (003 §3; 002 §2.3).
+    """``L = CE + α‖g‖_p``: CE plus an L_p penalty on the logits ``g`` (Wang et al.
+    (2021), §3; the student report (2021), §2.3).
 
-    ``p ≥ 1`` (a norm); 002 and 003 use p = 1 and α in {0.001, ..., 0.05}. By 002's Theorem 1
+    ``p ≥ 1`` (a norm); the student report (2021) and Wang et al. (2021) use p = 1 and α in
+    {0.001, ..., 0.05}. By the student report (2021)'s Theorem 1
     scaling logits up sharpens the softmax, so shrinking them tempers confidence.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -183,7 +186,8 @@ def logit_norm_loss(
 def entropy_reg_loss(
     logits: ArrayLike, targets: ArrayLike, alpha: float = 0.1, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE − α·H(p̂)`` with ``H(p̂) = −Σ_k p̂_k log p̂_k`` (002 §2.3; Pereyra et al. 2017).
+    """``L = CE − α·H(p̂)`` with ``H(p̂) = −Σ_k p̂_k log p̂_k`` (the student
+    report (2021), §2.3; Pereyra et al. 2017).
 
     Rewards high-entropy (less peaked) predictions. Not bounded below by 0: H ≤ log K.
     """
@@ -196,9 +200,10 @@ def entropy_reg_loss(
 
 @_full_precision
 def brier_loss(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "mean") -> Tensor:
-    """Brier score ``L = Σ_k (p̂_k − y_k)²`` (Brier 1950; the 004 baseline; 000 §3).
+    """Brier score ``L = Σ_k (p̂_k − y_k)²`` (Brier 1950; a baseline of Mukhoti
+    et al. (2020); Lin et al. 2024, §3).
 
-    Computed as u_gBS with β = γ = 2 (000 Eq. 11) in log space, so ``1 − p_y`` keeps its
+    Computed as u_gBS with β = γ = 2 (Lin et al. (2024), Eq. 11) in log space, so ``1 − p_y`` keeps its
     digits when ``p_y → 1``.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -305,10 +310,12 @@ def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
 
 @_full_precision
 def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean") -> Tensor:
-    """Focal loss ``L_f = −(1 − p̂_y)^γ log p̂_y`` (Lin et al. 2017; 004 §3; 000 Eq. 4).
+    """Focal loss ``L_f = −(1 − p̂_y)^γ log p̂_y`` (Lin et al. 2017;
+    Mukhoti et al. 2020, §3; Lin et al. 2024, Eq. 4).
 
     ``gamma`` is a number ≥ 0 or a ``(N,)`` tensor of per-sample values, which receives
-    gradient (gamma-Net, 001 §4.1). γ = 0 is CE; 004 uses γ = 3. By 004 App. A
+    gradient (gamma-Net, Wang & Golebiowski (2024), §4.1). γ = 0 is CE; Mukhoti et al. (2020)
+    use γ = 3. By Mukhoti et al. (2020), App. A
     ``L_f ≥ KL(q‖p̂) − γ H(p̂)``: focal loss minimises CE while raising the entropy.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -325,7 +332,7 @@ def flsd53_loss(
     threshold: float = 0.2,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """FLSD-53: focal loss with a sample-dependent γ (Mukhoti et al. 2020, §5; 000 §5.1).
+    """FLSD-53: focal loss with a sample-dependent γ (Mukhoti et al. 2020, §5; Lin et al. 2024, §5.1).
 
     ``γ_i = gamma_high if p̂_{i,y} < threshold else gamma_low`` (5 below 0.2, else 3), chosen
     from the true-class probability; γ is a constant (no gradient flows through the choice).
@@ -341,7 +348,7 @@ def flsd53_loss(
 
 @_full_precision
 def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean") -> Tensor:
-    """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; 000 Eq. 5).
+    """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; Lin et al. 2024, Eq. 5).
 
     ``p̂_j`` is the largest probability strictly below ``p̂_y`` (0 if none): see
     :func:`calib.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``. γ = 5 in 000.
@@ -356,7 +363,7 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
 def inverse_focal_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """Inverse focal loss ``L = −(1 + p̂_y)^γ̄ log p̂_y`` (003 §5.2, Eq. 4).
+    """Inverse focal loss ``L = −(1 + p̂_y)^γ̄ log p̂_y`` (Wang et al. (2021), §5.2, Eq. 4).
 
     The weight *grows* with confidence: easy samples count more, the opposite of focal loss.
     """
@@ -371,7 +378,7 @@ def inverse_focal_loss(
 def bsce_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """BSCE, loss-weighted: ``L = ‖p̂ − y‖_β^γ · CE`` (000 §4.3, Uncertainty-CE with u_gBS).
+    """BSCE, loss-weighted: ``L = ‖p̂ − y‖_β^γ · CE`` (Lin et al. (2024), §4.3, Uncertainty-CE with u_gBS).
 
     ``norm`` is the order β, ``gamma`` the exponent γ. The gradient flows through the weight.
     """
@@ -383,7 +390,7 @@ def bsce_loss(
 
 # =========================================================================== gradient weighting (GRA)
 def _gra(lp: Tensor, y: Tensor, log_weight: Callable[..., Tensor], *args: object) -> Tensor:
-    """``u · CE`` with u a constant: value u·CE, gradient exactly u·∇CE (000 §4.2, Eq. 9).
+    """``u · CE`` with u a constant: value u·CE, gradient exactly u·∇CE (Lin et al. (2024), §4.2, Eq. 9).
 
     The weight is computed without autograd (it is detached anyway), which keeps the
     backward pass as cheap as CE's.
@@ -395,7 +402,7 @@ def _gra(lp: Tensor, y: Tensor, log_weight: Callable[..., Tensor], *args: object
 
 @_full_precision
 def focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean") -> Tensor:
-    """FL-GRA: gradient ``u_FL · ∇CE`` with ``u_FL = (1 − p̂_y)^γ`` held constant (000 §5.3)."""
+    """FL-GRA: gradient ``u_FL · ∇CE`` with ``u_FL = (1 − p̂_y)^γ`` held constant (Lin et al. (2024), §5.3)."""
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_fl, gamma), reduction)
@@ -435,7 +442,8 @@ def flsd53_gra_loss(
 def dual_focal_gra_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """DFL-GRA: gradient ``u_DFL · ∇CE`` with ``u_DFL = (1 − p̂_y + p̂_j)^γ`` constant (000 §5.3)."""
+    """DFL-GRA: gradient ``u_DFL · ∇CE`` with ``u_DFL = (1 − p̂_y + p̂_j)^γ`` constant
+    (Lin et al. (2024), §5.3)."""
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_dfl, gamma), reduction)
@@ -445,14 +453,15 @@ def dual_focal_gra_loss(
 def bsce_gra_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """BSCE-GRA: gradient ``‖p̂ − y‖_β^γ · ∇CE`` with the weight held constant (000 §4.3, Eq. 14)."""
+    """BSCE-GRA: gradient ``‖p̂ − y‖_β^γ · ∇CE`` with the weight held constant
+    (Lin et al. (2024), §4.3, Eq. 14)."""
     x, y = _prepare(logits, targets, reduction)
     gamma, norm = check_gamma(gamma, x.shape[0]), _u._check_norm(norm)
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_gbs, gamma, norm), reduction)
 
 
 def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..., Tensor]:
-    """Turn a sample-wise weight into a GRA loss (000 §4.2): gradient = ``u(p̂, y) · ∇CE``.
+    """Turn a sample-wise weight into a GRA loss (Lin et al. (2024), §4.2): gradient = ``u(p̂, y) · ∇CE``.
 
     Args:
         weight_fn: ``weight_fn(probs, targets) -> (N,)`` non-negative weights, e.g.
@@ -479,7 +488,7 @@ def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..
         return _reduce(_ce(lp, y) * weight.detach().to(device=lp.device, dtype=lp.dtype), reduction)
 
     loss.__name__ = f"uncertainty_gra[{label}]"
-    loss.__doc__ = f"GRA loss with weight {label}: value u·CE, gradient u·∇CE (000 §4.2)."
+    loss.__doc__ = f"GRA loss with weight {label}: value u·CE, gradient u·∇CE (Lin et al. (2024), §4.2)."
     return loss
 
 
@@ -513,7 +522,9 @@ def dece(
     bin_temperature: float = 0.01,
     acc_temperature: float = 0.01,
 ) -> Tensor:
-    """Differentiable ECE of a batch (Bohdal et al. 2021, §3.1; the CE-DECE baseline of 001), 0-dim.
+    """Differentiable ECE of a batch (Bohdal et al. 2021, §3.1), 0-dim.
+
+    DECE is the meta-objective of the CE-DECE baseline of Wang & Golebiowski (2024).
 
     ECE = Σ_m |B_m|/N · |acc(B_m) − conf(B_m)| (15 bins) made differentiable in two places:
 
@@ -558,7 +569,7 @@ def ce_dece_loss(
     acc_temperature: float = 0.01,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """``L = CE + λ·DECE`` (DECE as a penalty; Bohdal et al. 2021, 001 Table 1 "CE-DECE")."""
+    """``L = CE + λ·DECE`` (DECE as a penalty; Bohdal et al. 2021, Wang & Golebiowski (2024), Table 1 "CE-DECE")."""
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
@@ -566,17 +577,17 @@ def ce_dece_loss(
 
 
 def _sece_value(x: Tensor, y: Tensor, bandwidth: float) -> Tensor:
-    from .metrics import sece_loss as metric_sece  # 001 §4.2, defined with the other metrics
+    from .metrics import sece_loss as metric_sece  # Wang & Golebiowski (2024), §4.2, defined with the other metrics
 
     return metric_sece(F.softmax(x, dim=1), y, bandwidth=bandwidth)
 
 
 @_full_precision
 def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, reduction: Reduction = "mean") -> Tensor:
-    """Smooth ECE of 001 §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
+    """Smooth ECE of Wang & Golebiowski (2024), §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
 
     ``SACC_i = Σ_j π_j K(z_i, z_j) / Σ_j K(z_i, z_j)`` with a Gaussian kernel of bandwidth h
-    (0.01 in 001 §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
+    (0.01 in Wang & Golebiowski (2024), §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
     :func:`calib.metrics.sece_loss`; this wrapper feeds it logits and applies ``reduction``.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -588,7 +599,7 @@ def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, re
 def ce_sece_loss(
     logits: ArrayLike, targets: ArrayLike, lam: float = 1.0, bandwidth: float = 0.01, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE + λ·SECE`` (SECE as a penalty; 001 Table 1 "CE-SECE")."""
+    """``L = CE + λ·SECE`` (SECE as a penalty; Wang & Golebiowski 2024, Table 1 "CE-SECE")."""
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
@@ -625,8 +636,9 @@ class CELoss(_LossModule):
 class LabelSmoothingLoss(_LossModule):
     """Module form of :func:`label_smoothing_loss`.
 
-    ``epsilon`` (default 0.05) with ``convention`` (default ``"uniform"``, 003), or ``alpha``:
-    004's name for the coefficient, which implies ``convention="mukhoti"`` (004 §4).
+    ``epsilon`` (default 0.05) with ``convention`` (default ``"uniform"``, Wang et al. (2021)), or ``alpha``:
+    Mukhoti et al. (2020)'s name for the coefficient, which implies ``convention="mukhoti"``
+    (Mukhoti et al. (2020), §4).
     """
 
     _fn = staticmethod(label_smoothing_loss)
@@ -640,9 +652,14 @@ class LabelSmoothingLoss(_LossModule):
     ) -> None:
         if alpha is not None:
             if epsilon is not None:
-                raise TypeError("label_smoothing takes epsilon or alpha (004's name, mukhoti convention), not both")
+                raise TypeError(
+                    "label_smoothing takes epsilon or alpha (Mukhoti et al. (2020)'s name, mukhoti convention), "
+                    "not both"
+                )
             if convention not in (None, "mukhoti"):
-                raise ValueError(f"alpha is 004's coefficient and implies convention='mukhoti', got {convention!r}")
+                raise ValueError(
+                    f"alpha is Mukhoti et al. (2020)'s coefficient and implies convention='mukhoti', got {convention!r}"
+                )
             epsilon, convention = _check_unit(alpha, "alpha"), "mukhoti"
         epsilon = 0.05 if epsilon is None else _check_unit(epsilon, "epsilon")
         convention = "uniform" if convention is None else convention
@@ -948,7 +965,7 @@ def make(name: str, **kwargs: object) -> nn.Module:
 def true_logit_response(
     loss: str | Callable[..., Tensor], p_y: ArrayLike, num_classes: int = 10, **kwargs: object
 ) -> tuple[Tensor, Tensor]:
-    """Loss value and its gradient on the true-class logit as functions of ``p_y`` (003 Fig. 6a).
+    """Loss value and its gradient on the true-class logit as functions of ``p_y`` (Wang et al. (2021), Fig. 6a).
 
     For each ``p_y`` a ``K``-class logit vector ``g = log p`` is built with ``p_y`` on class 0
     and the rest ``1 − p_y`` spread *uniformly* over the other ``K − 1`` classes; the loss

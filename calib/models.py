@@ -48,7 +48,8 @@ from torch import nn
 
 from ._checks import check_positive_int
 
-__all__ = ["Classifier", "make", "names", "describe", "DESCRIPTIONS", "count_parameters", "CifarResNet", "ResNet", "WideResNet",
+__all__ = ["Classifier", "make", "names", "describe", "DESCRIPTIONS", "count_parameters", "CifarResNet", "ResNet",
+           "WideResNet",
            "DenseNet", "SmallCNN", "MLP"]
 
 Tensor = torch.Tensor

@@ -230,7 +230,9 @@ def beside(
     )
     if theirs.duplicated(keys).any():
         dupes = theirs[theirs.duplicated(keys, keep=False)][keys].drop_duplicates().to_dict("records")
-        raise ValueError(f"the paper has several {metric}/{ts} numbers for {dupes}; pass table= or a filter such as params=")
+        raise ValueError(
+            f"the paper has several {metric}/{ts} numbers for {dupes}; pass table= or a filter such as params="
+        )
     for col in ("paper", "paper_std", "paper_temperature"):
         theirs[col] = theirs[col].astype(float)
     return frame.merge(theirs, on=keys, how="left")
