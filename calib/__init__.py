@@ -11,7 +11,9 @@ Data flows one way: data -> model -> trainer -> run record (logits + labels)
 ``data``         CIFAR/SVHN/Tiny-ImageNet loaders, Gaussian-mixture toy data
 ``models``       CIFAR ResNets, WideResNet, DenseNet, small CNN/MLP
 ``train``        the trainer and run records; CLI ``python -m calib``
-``meta``         gamma-Net and SECE meta-regularisation
+``meta``         gamma-Net and SECE meta-regularisation; the learnable-L2 (CE-DECE/SECE) baselines
+``mixup``        mixup batches and the mixed loss
+``papers``       the papers' table numbers as data (``paper_results.csv``)
 ``plots``        reliability diagrams and the book's figures
 ``profile``      the ``CALIB_PROFILE`` switch (quick | colab | paper)
 """
