@@ -110,7 +110,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     g.add_argument("--split-seed", type=int, default=0, help="seed of the train/val split")
     model_help = ("model name from calib.models.names(); resnet110 is He et al.'s 1.7M-parameter CIFAR net "
                   "(Wang et al. (2021)), resnet110_bottleneck the 45.9M-parameter net behind the ResNet-110 "
-                  "numbers of Mukhoti et al. (2020) and Lin et al. (2024)")
+                  "numbers of Mukhoti et al. (2020) and Lin et al. (2024), resnet50_tiny_imagenet their "
+                  "Tiny-ImageNet ResNet-50 (2x2-pooled head); calib.models.DESCRIPTIONS lists every model")
     if sweep:
         g.add_argument("--model", action="append", default=None,
                        help=model_help + "; repeatable or comma-separated (default: mlp)")
