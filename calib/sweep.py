@@ -43,6 +43,7 @@ Lin et al. (2024): 1, 42, 71).
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -609,7 +610,12 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
     _claim_directory(out, manifest)
     trained: list[str] = []
     if not merge:
-        trained = _run_cells(out, cells, configs, mine, progress)
+        try:
+            trained = _run_cells(out, cells, configs, mine, progress)
+        except BaseException:  # interrupted (SIGTERM/SIGINT) or failed: still table what finished
+            with contextlib.suppress(Exception):
+                _collect(out, cells, [])
+            raise
     return _collect(out, cells, trained)
 
 

@@ -385,14 +385,15 @@ def test_cli_bad_grid_exits_2_before_training(tmp_path, extra, word, capsys):
 
 
 def test_cli_sigkill_then_rerun_gives_the_uninterrupted_results(tmp_path):
-    """Kill the sweep (SIGKILL) in the middle of its runs, twice, re-run: the same results.csv numbers."""
+    """Stop the sweep mid-run twice (SIGTERM: checkpoint mid-epoch, exit 143; SIGKILL: no warning),
+    re-run: the same results.csv numbers as a sweep that was never interrupted."""
     epochs = 6
     out = tmp_path / "killed"
     # the uninterrupted reference runs in process (test_cli_sweep_equals_python_api: CLI == API)
     ref = sw.sweep(tmp_path / "ref", LOSSES, [0, 1], progress=False, **{**TINY, "epochs": epochs})
 
-    kills = 0
-    for target in ("digits__mlp__ce__s1", "digits__mlp__focal-gamma=3__s0"):
+    stops = []
+    for target, sig in (("digits__mlp__ce__s1", signal.SIGTERM), ("digits__mlp__focal-gamma=3__s0", signal.SIGKILL)):
         proc = _cli(_sweep_args(out, epochs))
         run_dir = out / "runs" / target
         deadline = time.monotonic() + 300
@@ -402,11 +403,16 @@ def test_cli_sigkill_then_rerun_gives_the_uninterrupted_results(tmp_path):
                 break  # mid-run: some epochs done, the cell not finished
             time.sleep(0.005)
         if proc.poll() is None:
-            os.kill(proc.pid, signal.SIGKILL)
-            kills += 1
-        proc.communicate(timeout=60)
-        assert not (run_dir / METRICS_FILE).exists() or proc.returncode == 0
-    assert kills == 2, f"only {kills} of 2 kills landed mid-run"
+            os.kill(proc.pid, sig)
+            stops.append(sig)
+        _, err = proc.communicate(timeout=120)
+        if sig == signal.SIGTERM and stops:
+            assert proc.returncode == 128 + signal.SIGTERM, err
+            assert "rerun the same command" in err
+        if sig == signal.SIGKILL and stops:
+            assert proc.returncode == -signal.SIGKILL
+        assert (out / "results.csv").exists() or sig == signal.SIGKILL
+    assert len(stops) == 2, f"only {len(stops)} of 2 stops landed mid-run"
     final = _cli(_sweep_args(out, epochs))
     _, err = final.communicate(timeout=600)
     assert final.returncode == 0, err
