@@ -70,3 +70,20 @@ def test_grouped_histograms_counts_every_value() -> None:
     assert heights == pytest.approx(10)  # every value counted once, in its own group
     with pytest.raises(ValueError, match="groups"):
         plots.grouped_histograms({"CE": (v, g + 5)}, group_labels=["a", "b"], xlabel="x")
+
+
+def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:
+    """The quick setting of chapters 9-11: CE fits the 540 points and its test confidence
+    runs far ahead of its accuracy (the regime the chapters' comparisons need)."""
+    from calib.train import TrainConfig, train
+
+    torch.set_num_threads(1)
+    cfg = TrainConfig(data="gaussian_overlap", model="mlp", model_kwargs={"hidden": [128, 128]},
+                      epochs=40, milestones=(17, 28), batch_size=64, lr=0.05, weight_decay=0.0,
+                      clip_grad=2.0, seed=0, progress=False)
+    trainer = train(cfg)
+    logits, labels = trainer.predict("test")
+    conf = torch.softmax(logits.double(), 1).max(1).values
+    acc = float((logits.argmax(1) == labels).double().mean())
+    assert trainer.history[-1]["train_acc"] > 0.99
+    assert float(conf.mean()) - acc > 0.10
