@@ -13,7 +13,8 @@ One class, :class:`Trainer`, turns a :class:`TrainConfig` into a *run directory*
 Every metric is a pure function of the saved logits, so :func:`evaluate_run` recomputes
 ``metrics.json`` without retraining.
 
-Schedules (000 §5 "Training setup"; 004 App. B): SGD, momentum 0.9, weight decay 5e-4,
+Schedules (Lin et al. (2024) §5 "Training setup"; Mukhoti et al. (2020) App. B): SGD,
+momentum 0.9, weight decay 5e-4,
 batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
 Tiny-ImageNet: divided at 40 and 60 of 100. :data:`PRESETS` holds them; :meth:`TrainConfig.from_preset`
 scales them to the active profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs
@@ -110,7 +111,8 @@ SELECT_MODES = ("last", "best_val")
 
 # PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
 # (the papers' protocols as data) and are re-exported here.
-# random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
+# random crop + flip by default: Mukhoti et al. (2020) App. B for CIFAR; for Tiny-ImageNet the
+# papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
 _TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
 
@@ -137,14 +139,16 @@ class TrainingInterrupted(KeyboardInterrupt):
 class TrainConfig:
     """Everything a run depends on; JSON-serialisable (``to_json`` / ``from_json``).
 
-    Defaults are the CIFAR protocol of 000 §5 / 004 App. B (SGD 0.1, momentum 0.9, wd 5e-4,
+    Defaults are the CIFAR protocol of Lin et al. (2024) §5 / Mukhoti et al. (2020) App. B
+    (SGD 0.1, momentum 0.9, wd 5e-4,
     batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
     to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
     ``val_size=None`` keeps the data loader's default split. ``augment=None`` turns random
     crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
     where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
-    epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``, ``meta_objective`` and
+    epoch for training-dynamics plots (Mukhoti et al. (2020) §3, Figs. 1-2). ``meta``,
+    ``meta_objective`` and
     ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
     ``calib.meta.MetaTrainer``.
 
@@ -276,7 +280,10 @@ class TrainConfig:
         """The ``preset`` schedule scaled to ``profile`` (default: the active one), then ``overrides``.
 
         ``paper`` gives the exact protocol; ``colab``/``quick`` cut the epochs (see
-        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Passing ``epochs`` in
+        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Presets (see
+        :mod:`calib.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
+        protocols ``lin2024``, ``mukhoti2020``, ``wang2024`` and ``wang2021``, which also set
+        the temperature fit, model selection and gradient clipping of that paper. Passing ``epochs`` in
         ``overrides`` rescales the milestones to it unless ``milestones`` is passed too.
         """
         if preset not in PRESETS:
@@ -418,7 +425,7 @@ def _dist_env() -> tuple[int, int, int]:
 
 
 def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, float | None]:
-    """Accuracy, NLL, ECE and the NLL/entropy of correct vs wrong predictions (004 §3, Figs. 1-2).
+    """Accuracy, NLL, ECE, NLL/entropy of correct vs wrong predictions (Mukhoti et al. (2020) §3).
 
     NLL is the mean of ``-log softmax(g)_y``; the entropy of a prediction is
     ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
@@ -575,7 +582,7 @@ class Trainer:
         return cls(params, lr=c.lr, weight_decay=c.weight_decay)
 
     def build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
-        """Step decay: lr × ``gamma_lr`` at each milestone epoch (000 §5; 004 App. B)."""
+        """Step decay: lr × ``gamma_lr`` at each milestone (Lin et al. (2024) §5; Mukhoti et al. (2020))."""
         return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, list(self.config.milestones),
                                                     gamma=self.config.gamma_lr)
 
@@ -725,7 +732,7 @@ class Trainer:
         return split_stats(*self.predict(split), n_bins=self.config.n_bins)
 
     def classifier_norm(self) -> float | None:
-        """Frobenius norm of the last linear layer's weights (004 §3, Fig. 2e); None without one."""
+        """Frobenius norm of the last linear layer's weights (Mukhoti et al. (2020) Fig. 2e); None if none."""
         head = getattr(self.model, "classifier", None)
         if not isinstance(head, nn.Linear):
             return None
