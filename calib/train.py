@@ -118,7 +118,8 @@ _TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
-_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync")
+_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync",
+                   "checkpoint_every")
 
 
 class CheckpointError(ValueError):
@@ -171,6 +172,9 @@ class TrainConfig:
       Wang et al. (2021), Fig. 4.
     * ``fsync`` (runtime only): fsync checkpoints and logits after writing them (atomic
       either way; ``False`` trades power-cut durability for speed on tiny runs).
+    * ``checkpoint_every`` (runtime only): write the epoch checkpoint every this many epochs
+      (and after the last; a SIGTERM/SIGINT always writes one). A killed run resumes from the
+      last one written and replays the epochs after it, with the same result.
     """
 
     data: str = "digits"
@@ -213,6 +217,7 @@ class TrainConfig:
     clip_grad: float | None = None
     keep_epoch_logits: bool = False
     fsync: bool = True
+    checkpoint_every: int = 1
     mixup_alpha: float = 0.0
 
     def __post_init__(self) -> None:
@@ -225,7 +230,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError/TypeError naming the field for any value out of range."""
-        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins", "checkpoint_every"):
             check_positive_int(getattr(self, name), name)
         check_positive_int(self.seed, "seed", minimum=0)
         check_positive_int(self.split_seed, "split_seed", minimum=0)
@@ -907,7 +912,8 @@ class Trainer:
                 self._append_history(line)
                 if c.keep_epoch_logits:
                     self._save_epoch_logits()
-                self.save_checkpoint()
+                if self.epoch % c.checkpoint_every == 0 or self.epoch == c.epochs:
+                    self.save_checkpoint()
                 ebar.update(1)
                 ebar.set_postfix(loss=f"{line['train_loss']:.3f}", val_acc=f"{line['val_acc']:.3f}",
                                  val_nll=f"{line['val_nll']:.3f}", val_ece=f"{line['val_ece']:.3f}")

@@ -533,6 +533,31 @@ def test_default_grid_steps():
         posthoc.default_grid(0)
 
 
+class _CrashIn(Trainer):
+    """A trainer that dies (like a kill, without a checkpoint) during epoch ``crash_in``."""
+
+    crash_in = 4
+
+    def epoch_extras(self):
+        if self.epoch + 1 == self.crash_in:
+            raise RuntimeError("simulated crash")
+        return super().epoch_extras()
+
+
+def test_checkpoint_every_resumes_to_the_same_run(tmp_path):
+    cfg = tiny_config(tmp_path / "a", epochs=5, milestones=(3,), checkpoint_every=2)
+    full = Trainer(cfg).fit()
+    assert torch.load(tmp_path / "a" / "checkpoint.pt", weights_only=True)["epoch"] == 5  # the last is kept
+    cut = TrainConfig.from_dict({**cfg.to_dict(), "out": str(tmp_path / "b")})
+    with pytest.raises(RuntimeError, match="simulated"):
+        _CrashIn(cut).fit()
+    assert torch.load(tmp_path / "b" / "checkpoint.pt", weights_only=True)["epoch"] == 2
+    assert len(load_history(tmp_path / "b")) == 3  # epoch 3 ran but was never checkpointed
+    resumed = Trainer(TrainConfig.from_dict({**cut.to_dict(), "checkpoint_every": 3})).fit(resume=True)
+    assert len(load_history(tmp_path / "b")) == 5
+    assert resumed["pre_ts"] == full["pre_ts"] and resumed["ts"] == full["ts"]
+
+
 def test_epoch_logits_resume_and_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="keep_epoch_logits"):
         load_epoch_logits(tmp_path)
