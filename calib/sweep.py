@@ -341,11 +341,19 @@ def _check_overrides(overrides: Mapping[str, Any]) -> None:
 
 
 def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
-    runs = {}
-    for cell, cfg in zip(cells, configs):
-        ident = cfg.identity()
-        runs[cell.name] = ident
-    return {"format": MANIFEST_FORMAT, "cells": [c.name for c in cells], "runs": runs}
+    """The grid (for people) and every cell's config identity (what the refusal compares)."""
+    def methods() -> list[str]:
+        out = []
+        for c in cells:
+            _, _, loss, kw, settings = c.method
+            text = loss + (f":{kw}" if kw else "") + (f"@{settings}" if settings else "")
+            out.append(text)
+        return list(dict.fromkeys(out))
+
+    grid = {"data": list(dict.fromkeys(c.data for c in cells)), "model": list(dict.fromkeys(c.model for c in cells)),
+            "losses": methods(), "seeds": list(dict.fromkeys(c.seed for c in cells))}
+    runs = {cell.name: cfg.identity() for cell, cfg in zip(cells, configs)}
+    return {"format": MANIFEST_FORMAT, "grid": grid, "cells": [c.name for c in cells], "runs": runs}
 
 
 def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:

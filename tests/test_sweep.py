@@ -201,7 +201,10 @@ def test_bad_grid_refused_before_anything_is_written(tmp_path, kwargs, word):
 
 def test_layout_and_columns(reference):
     out, res = reference
-    assert (out / sw.MANIFEST_FILE).is_file()
+    manifest = json.loads((out / sw.MANIFEST_FILE).read_text())
+    assert manifest["grid"] == {"data": ["digits"], "model": ["mlp"], "losses": ["ce", "focal:gamma=3"],
+                                "seeds": [0, 1]}
+    assert set(manifest["runs"]) == set(manifest["cells"]) and len(manifest["cells"]) == 4
     for name in ("results.csv", "summary.csv", "summary.md"):
         assert (out / name).is_file(), name
     header = (out / "results.csv").read_text().splitlines()[0].split(",")
