@@ -155,7 +155,8 @@ def load_epoch_logits(run_dir: str | os.PathLike) -> dict[str, Any]:
     """Per-epoch logits of a run trained with ``keep_epoch_logits=True``.
 
     Returns ``{"epochs": [1, 2, ...], "val_logits": (E, N_val, K), "test_logits": (E, N_test, K),
-    "val_labels", "test_labels"}``; only epochs up to the run's last finished one are read.
+    "val_labels", "test_labels"}`` (and ``train_logits``/``train_labels`` when the run tracked
+    the training split); only epochs up to the run's last finished one are read.
     """
     folder = Path(run_dir) / EPOCH_LOGITS_DIR
     files = sorted(folder.glob("epoch_*.pt")) if folder.is_dir() else []
@@ -166,7 +167,9 @@ def load_epoch_logits(run_dir: str | os.PathLike) -> dict[str, Any]:
     epochs = [int(f.stem.split("_")[1]) for f in files]
     keep = [(e, f) for e, f in zip(epochs, files) if e <= done]
     recs = [torch.load(f, map_location="cpu", weights_only=True) for _, f in keep]
-    return {"epochs": [e for e, _ in keep],
-            "val_logits": torch.stack([r["val_logits"] for r in recs]),
-            "test_logits": torch.stack([r["test_logits"] for r in recs]),
-            "val_labels": recs[0]["val_labels"], "test_labels": recs[0]["test_labels"]}
+    out: dict[str, Any] = {"epochs": [e for e, _ in keep]}
+    for split in ("val", "test", "train"):
+        if all(f"{split}_logits" in r for r in recs):
+            out[f"{split}_logits"] = torch.stack([r[f"{split}_logits"] for r in recs])
+            out[f"{split}_labels"] = recs[0][f"{split}_labels"]
+    return out

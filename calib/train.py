@@ -169,7 +169,8 @@ class TrainConfig:
       Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
     * ``keep_epoch_logits``: save the validation and test logits after every epoch under
       ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
-      Wang et al. (2021), Fig. 4.
+      Wang et al. (2021), Fig. 4; with ``"train"`` in ``track`` the (unaugmented) training
+      logits too, for the learned epoch of each training sample (their Fig. 5).
     * ``fsync`` (runtime only): fsync checkpoints and logits after writing them (atomic
       either way; ``False`` trades power-cut durability for speed on tiny runs).
     * ``checkpoint_every`` (runtime only): write the epoch checkpoint every this many epochs
@@ -948,14 +949,13 @@ class Trainer:
     def _save_epoch_logits(self) -> None:
         if self.out is None:
             return
-        val_logits, val_labels = self.predict("val")
-        test_logits, test_labels = self.predict("test")
+        record: dict[str, Tensor] = {}
+        for split in ("val", "test", *(("train",) if "train" in self.config.track else ())):
+            record[f"{split}_logits"], record[f"{split}_labels"] = self.predict(split)
         if self.is_main:
             folder = self.out / EPOCH_LOGITS_DIR
             folder.mkdir(exist_ok=True)
-            atomic_save({"val_logits": val_logits, "val_labels": val_labels, "test_logits": test_logits,
-                         "test_labels": test_labels}, folder / f"epoch_{self.epoch:04d}.pt",
-                        durable=self.config.fsync)
+            atomic_save(record, folder / f"epoch_{self.epoch:04d}.pt", durable=self.config.fsync)
 
     def finish(self) -> dict[str, Any]:
         """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics.

@@ -570,6 +570,15 @@ def test_epoch_logits_resume_and_missing(tmp_path):
     assert per_epoch["val_logits"].shape[0] == 3
     record = torch.load(out / LOGITS_FILE, weights_only=True)
     assert torch.equal(per_epoch["test_logits"][-1], record["test_logits"])  # select="last"
+    assert "train_logits" not in per_epoch
+    tracked = tmp_path / "tracked"
+    trainer = Trainer(tiny_config(tracked, epochs=2, keep_epoch_logits=True, track=("train",)))
+    trainer.fit()
+    per_epoch = load_epoch_logits(tracked)
+    n_train = trainer.data.train_y.shape[0]
+    assert per_epoch["train_logits"].shape == (2, n_train, 10)
+    assert torch.equal(per_epoch["train_labels"], trainer.data.train_y)
+    torch.testing.assert_close(per_epoch["train_logits"][-1], trainer.predict("train")[0])
 
 
 def test_sweep_help_documents_every_option():
