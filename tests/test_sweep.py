@@ -612,3 +612,16 @@ def test_plan_checks_a_paper_command_without_touching_anything(tmp_path, capsys)
     with pytest.raises(SystemExit):
         main(["sweep", "--loss", "hinge", "--seeds", "0", "--out", str(out), "--dry-run"])
     assert not out.exists()
+
+
+def test_a_sweep_cell_is_the_run_train_would_make(tmp_path, reference):
+    """The cached data and the sweep's runtime defaults change nothing: a plain Trainer, loading
+    its own data, reproduces a cell's numbers."""
+    out, res = reference
+    cfg = load_config(out / "runs" / "digits__mlp__focal-gamma=3__s1")
+    alone = TrainConfig.from_dict({**cfg.to_dict(), "out": str(tmp_path / "alone"), "fsync": True,
+                                   "checkpoint_every": 1})
+    metrics = Trainer(alone).fit()
+    row = res.rows[3]
+    assert [metrics["pre_ts"][m] for m in sw.METRICS] == [row[m] for m in sw.METRICS]
+    assert [metrics["post_ts"][m] for m in sw.METRICS] == [row[f"{m}_ts"] for m in sw.METRICS]
