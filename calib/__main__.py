@@ -231,7 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
                        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     e.add_argument("run_dir", metavar="RUN_DIR", help="a run directory written by 'train'")
     e.add_argument("--n-bins", type=_positive(int), default=None, help="bins (default: the run's)")
-    e.add_argument("--ts-method", choices=("nll", "grid"), default=None, help="temperature fit (default: the run's)")
+    e.add_argument("--ts-method", choices=("nll", "grid"), default=None,
+                   help="temperature fit reported as post-TS (default: the run's; both are recorded)")
+    e.add_argument("--ts-grid-step", type=_nonneg_float, default=None,
+                   help="step of the temperature grid (default: the run's)")
     e.set_defaults(run=cmd_evaluate, subparser=e)
 
     w = sub.add_parser(
@@ -343,7 +346,8 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
 
     sub = args.subparser
     try:
-        metrics = evaluate_run(args.run_dir, n_bins=args.n_bins, ts_method=args.ts_method)
+        metrics = evaluate_run(args.run_dir, n_bins=args.n_bins, ts_method=args.ts_method,
+                               ts_grid_step=args.ts_grid_step)
     except (ValueError, TypeError, FileNotFoundError) as exc:
         sub.error(str(exc))
     print(json.dumps(metrics, indent=2, sort_keys=True))

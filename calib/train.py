@@ -991,17 +991,18 @@ def load_config(run_dir: str | os.PathLike) -> TrainConfig:
     return TrainConfig.from_json(path.read_text())
 
 
-def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None) -> dict[str, Any]:
+def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None,
+                 ts_grid_step: float | None = None) -> dict[str, Any]:
     """Recompute ``metrics.json`` of a run from its saved logits (no retraining) and return it.
 
-    ``n_bins`` and ``ts_method`` default to the run's config.
+    ``n_bins``, ``ts_method`` and ``ts_grid_step`` default to the run's config.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     cfg = load_config(run_dir)
     metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method,
-                              ts_grid_step=cfg.ts_grid_step, select=cfg.select)
+                              ts_grid_step=ts_grid_step or cfg.ts_grid_step, select=cfg.select)
     _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 

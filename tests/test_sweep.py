@@ -617,3 +617,13 @@ def test_a_sweep_cell_is_the_run_train_would_make(tmp_path, reference):
     row = res.rows[3]
     assert [metrics["pre_ts"][m] for m in sw.METRICS] == [row[m] for m in sw.METRICS]
     assert [metrics["post_ts"][m] for m in sw.METRICS] == [row[f"{m}_ts"] for m in sw.METRICS]
+
+
+def test_evaluate_recomputes_with_another_grid_step(tmp_path, capsys):
+    Trainer(tiny_config(tmp_path / "r", ts_method="grid")).fit()
+    assert main(["evaluate", str(tmp_path / "r"), "--ts-grid-step", "0.01"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics["ts_grid_step"] == 0.01
+    record = torch.load(tmp_path / "r" / LOGITS_FILE, weights_only=True)
+    assert metrics["temperature"] == posthoc.fit_temperature(
+        record["val_logits"], record["val_labels"], "grid", grid=posthoc.default_grid(0.01))
