@@ -41,6 +41,10 @@ def test_epoch_band_curves_draws_mean_and_band() -> None:
     ax = fig.axes[0]
     assert np.allclose(ax.lines[0].get_ydata(), [4.0, 3.0, 2.0])
     assert fig.get_figwidth() <= 7
+    fig = plots.epoch_band_curves({"CE": a}, ylabel="ECE", epochs=[2, 4, 6])
+    assert np.allclose(fig.axes[0].lines[0].get_xdata(), [2, 4, 6])
+    with pytest.raises(ValueError, match="evaluations"):
+        plots.epoch_band_curves({"CE": a}, ylabel="ECE", epochs=[2, 4])
     with pytest.raises(ValueError, match="NaN"):
         plots.epoch_band_curves({"CE": [[1.0, np.nan]]}, ylabel="x")
     with pytest.raises(ValueError, match="empty"):

@@ -55,19 +55,24 @@ def epoch_band_curves(
     title: str | None = None,
     milestones: Sequence[int] = (),
     scale: float = 1.0,
+    epochs: Sequence[float] | None = None,
 ) -> Figure:
     """One line per entry: the mean over runs of a per-epoch metric, with a min-max band.
 
-    ``curves[label]`` is a ``(runs, epochs)`` array (epoch 1 first); ``scale`` multiplies
-    the values (100 for %). ``milestones`` draws dotted lines at the learning-rate drops.
-    The style of Wang et al. (2021) Fig. 4 (mean of 5 runs, band from min to max).
+    ``curves[label]`` is a ``(runs, evaluations)`` array; ``epochs`` gives the epoch of
+    each evaluation (default 1, 2, ...). ``scale`` multiplies the values (100 for %).
+    ``milestones`` draws dotted lines at the learning-rate drops. The style of Wang et
+    al. (2021) Fig. 4 (mean of 5 runs, band from min to max).
     """
     curves = _check_mapping(curves, "curves")
     fig = Figure(figsize=(min(_MAX_WIDTH, 6.0), 3.4), layout="constrained")
     ax = fig.subplots()
     for color, (label, values) in zip(_colors() * 4, curves.items()):
         a = scale * _finite_2d(values, f"curves[{label!r}]")
-        x = np.arange(1, a.shape[1] + 1)
+        x = np.arange(1, a.shape[1] + 1) if epochs is None else np.asarray(epochs, float)
+        if x.shape != (a.shape[1],):
+            raise ValueError(f"epochs has {x.size} entries but curves[{label!r}] has "
+                             f"{a.shape[1]} evaluations")
         ax.plot(x, a.mean(0), color=color, lw=1.6, label=f"{label} (n={a.shape[0]})")
         if a.shape[0] > 1:
             ax.fill_between(x, a.min(0), a.max(0), color=color, alpha=0.2, lw=0)
