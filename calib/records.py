@@ -22,9 +22,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_positive_int
+from ._checks import check_labels, check_logits, check_positive_int
 
 __all__ = [
     "CONFIG_FILE",
@@ -39,6 +40,7 @@ __all__ = [
     "load_logits",
     "load_epoch_logits",
     "compute_metrics",
+    "split_stats",
 ]
 
 CONFIG_FILE = "config.json"
@@ -173,3 +175,33 @@ def load_epoch_logits(run_dir: str | os.PathLike) -> dict[str, Any]:
             out[f"{split}_logits"] = torch.stack([r[f"{split}_logits"] for r in recs])
             out[f"{split}_labels"] = recs[0][f"{split}_labels"]
     return out
+
+
+def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, float | None]:
+    """Accuracy, NLL, ECE, NLL/entropy of correct vs wrong predictions (Mukhoti et al. (2020) §3).
+
+    NLL is the mean of ``-log softmax(g)_y``; the entropy of a prediction is
+    ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
+    ECE is :func:`calib.metrics.ece` with ``n_bins`` equal-width bins.
+    """
+    from . import metrics
+
+    g = check_logits(logits, "logits").float()
+    y = check_labels(labels, g.shape[0], g.shape[1]).to(g.device)
+    logp = F.log_softmax(g, dim=1)
+    nll = -logp.gather(1, y[:, None]).squeeze(1)
+    ent = -(logp.exp() * logp).sum(1)
+    correct = logp.argmax(1) == y
+
+    def mean(t: Tensor, mask: Tensor) -> float | None:
+        return float(t[mask].mean()) if bool(mask.any()) else None
+
+    return {
+        "acc": float(correct.float().mean()),
+        "nll": float(nll.mean()),
+        "ece": float(metrics.ece(logp.exp(), y, n_bins=n_bins)),
+        "nll_correct": mean(nll, correct),
+        "nll_wrong": mean(nll, ~correct),
+        "entropy_correct": mean(ent, correct),
+        "entropy_wrong": mean(ent, ~correct),
+    }

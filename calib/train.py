@@ -55,11 +55,10 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import profile as _profile
-from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+from ._checks import check_nonnegative, check_positive_int
 from .records import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -74,6 +73,7 @@ from .records import (
     load_epoch_logits,
     load_history,
     load_logits,
+    split_stats,
 )
 from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 
@@ -428,36 +428,6 @@ def _dist_env() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, float | None]:
-    """Accuracy, NLL, ECE, NLL/entropy of correct vs wrong predictions (Mukhoti et al. (2020) §3).
-
-    NLL is the mean of ``-log softmax(g)_y``; the entropy of a prediction is
-    ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
-    ECE is :func:`calib.metrics.ece` with ``n_bins`` equal-width bins.
-    """
-    from . import metrics
-
-    g = check_logits(logits, "logits").float()
-    y = check_labels(labels, g.shape[0], g.shape[1]).to(g.device)
-    logp = F.log_softmax(g, dim=1)
-    nll = -logp.gather(1, y[:, None]).squeeze(1)
-    ent = -(logp.exp() * logp).sum(1)
-    correct = logp.argmax(1) == y
-
-    def mean(t: Tensor, mask: Tensor) -> float | None:
-        return float(t[mask].mean()) if bool(mask.any()) else None
-
-    return {
-        "acc": float(correct.float().mean()),
-        "nll": float(nll.mean()),
-        "ece": float(metrics.ece(logp.exp(), y, n_bins=n_bins)),
-        "nll_correct": mean(nll, correct),
-        "nll_wrong": mean(nll, ~correct),
-        "entropy_correct": mean(ent, correct),
-        "entropy_wrong": mean(ent, ~correct),
-    }
 
 
 # ----------------------------------------------------------------------------- trainer
