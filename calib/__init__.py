@@ -10,8 +10,13 @@ Data flows one way: data -> model -> trainer -> run record (logits + labels)
 ``theory``       sympy derivations the book shows and the tests check
 ``data``         CIFAR/SVHN/Tiny-ImageNet loaders, Gaussian-mixture toy data
 ``models``       CIFAR ResNets, WideResNet, DenseNet, small CNN/MLP
-``train``        the trainer and run records; CLI ``python -m calib``
-``meta``         gamma-Net and SECE meta-regularisation
+``train``        the trainer; CLI ``python -m calib``
+``records``      run-record files and pure functions over them (metrics.json from logits)
+``presets``      the papers' protocols as data: schedules, TS method, selection, seeds
+``sweep``        losses x seeds (x data x models) -> run dirs, results.csv, summary.md
+``meta``         gamma-Net and SECE meta-regularisation; the learnable-L2 (CE-DECE/SECE) baselines
+``mixup``        mixup batches and the mixed loss
+``papers``       the papers' table numbers as data (``paper_results.csv``)
 ``plots``        reliability diagrams and the book's figures
 ``profile``      the ``CALIB_PROFILE`` switch (quick | colab | paper), smoke and debug modes
 ``runtime``      expected Colab T4 time of a chapter (measured, or estimated from FLOPs)

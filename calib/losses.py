@@ -16,18 +16,19 @@ Conventions, shared by every loss:
   ``torch.autocast`` (bf16/fp16) changes only the rounding of the incoming logits. Weights
   such as ``(1 − p_y)^γ`` are formed in log space (:mod:`calib.uncertainty`), so values and
   gradients stay finite for logits up to ±1e4, for ``p_y → 1`` and for ``0 < γ < 1``.
-* **Loss weighting vs gradient weighting** (000 §4). ``focal``, ``dual_focal`` and ``bsce``
+* **Loss weighting vs gradient weighting** (Lin et al. (2024), §4). ``focal``, ``dual_focal`` and ``bsce``
   are ``u · CE`` and differentiate through the weight ``u``. Their ``*_gra`` twins use the
   same ``u`` *detached*: the value is ``u · CE`` but the gradient is exactly ``u · ∇CE``.
-  Only that gradient matters for training; 000 Eq. 10 and 14 define the loss as its integral.
+  Only that gradient matters for training; Lin et al. 2024, Eq. 10 and 14 define the loss as its integral.
 * **Batch-level objectives** (``mmce``, ``dece``, ``sece``) measure a whole batch. Their
   ``"mean"`` is the batch value, ``"none"`` repeats it for every sample and ``"sum"`` is N
   times it, so that ``mean == sum / N == none.mean()`` holds for every loss here. As
   penalties they are added to the mean CE: ``ce_dece`` is ``CE + λ·DECE`` and ``ce_sece`` is
   ``CE + λ·SECE`` (``mmce`` is always ``CE + λ·MMCE_w``, as Kumar et al. train it).
 
-Sources: 000 = Lin et al. (BSCE-GRA), 001 = gamma-Net + SECE, 002 = student comparison,
-003 = Wang et al. (calibrated vs calibratable), 004 = Mukhoti et al. (focal loss).
+Sources: Lin et al. (2024) (BSCE-GRA), Wang & Golebiowski (2024) (gamma-Net + SECE), the
+student report (2021) (a comparison of regularisers), Wang et al. (2021) (calibrated vs
+calibratable) and Mukhoti et al. (2020) (focal loss).
 """
 from __future__ import annotations
 
@@ -49,12 +50,12 @@ __all__ = [
     # functional core
     "cross_entropy", "label_smoothing_loss", "logit_norm_loss", "entropy_reg_loss", "brier_loss",
     "mmce", "mmce_loss", "focal_loss", "flsd53_loss", "dual_focal_loss", "inverse_focal_loss",
-    "bsce_loss", "focal_gra_loss", "dual_focal_gra_loss", "bsce_gra_loss", "uncertainty_gra",
+    "bsce_loss", "focal_gra_loss", "flsd53_gra_loss", "dual_focal_gra_loss", "bsce_gra_loss", "uncertainty_gra",
     "dece", "dece_loss", "ce_dece_loss", "sece_loss", "ce_sece_loss",
     # modules
     "CELoss", "LabelSmoothingLoss", "LogitNormLoss", "EntropyRegLoss", "BrierLoss", "MMCELoss",
     "FocalLoss", "FLSD53Loss", "DualFocalLoss", "InverseFocalLoss", "BSCELoss", "FocalGRALoss",
-    "DualFocalGRALoss", "BSCEGRALoss", "UncertaintyGRALoss", "DECELoss", "SECELoss",
+    "FLSD53GRALoss", "DualFocalGRALoss", "BSCEGRALoss", "UncertaintyGRALoss", "DECELoss", "SECELoss",
     "CEDECELoss", "CESECELoss",
     # registry and analysis
     "make", "names", "functional", "is_batch_level", "true_logit_response",
@@ -128,7 +129,7 @@ def _ce(lp: Tensor, y: Tensor) -> Tensor:
 # =========================================================================== CE and regularisers
 @_full_precision
 def cross_entropy(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "mean") -> Tensor:
-    """Cross-entropy ``L_CE = −log p̂_y`` (the NLL; 004 §3, ``L_c``)."""
+    """Cross-entropy ``L_CE = −log p̂_y`` (the NLL; Mukhoti et al. 2020, §3, ``L_c``)."""
     x, y = _prepare(logits, targets, reduction)
     return F.cross_entropy(x, y, reduction=reduction)
 
@@ -145,12 +146,12 @@ def label_smoothing_loss(
 
     Two conventions for ``s`` (DESIGN.md §5):
 
-    * ``"uniform"`` (003 §3): ``s = (1 − ε)·y + ε/K``, so
-      ``L = (1 − ε)·CE + ε·CE(u, p̂)`` with ``u`` uniform (003 Eq. 1);
-    * ``"mukhoti"`` (004 §4, with α = ε): ``s = (1 − ε)·y + ε·(1 − y)/(K − 1)``, all the
+    * ``"uniform"`` (Wang et al. (2021), §3): ``s = (1 − ε)·y + ε/K``, so
+      ``L = (1 − ε)·CE + ε·CE(u, p̂)`` with ``u`` uniform (Wang et al. (2021), Eq. 1);
+    * ``"mukhoti"`` (Mukhoti et al. (2020), §4, with α = ε): ``s = (1 − ε)·y + ε·(1 − y)/(K − 1)``, all the
       smoothed mass on the *other* classes.
 
-    ε = 0 is plain CE under both. 004 finds ε = 0.05 best; 003 sweeps 0.01-0.09.
+    ε = 0 is plain CE under both. Mukhoti et al. (2020) find ε = 0.05 best; Wang et al. (2021) sweep 0.01-0.09.
     """
     x, y = _prepare(logits, targets, reduction)
     epsilon = _check_unit(epsilon, "epsilon")
@@ -167,9 +168,11 @@ def label_smoothing_loss(
 def logit_norm_loss(
     logits: ArrayLike, targets: ArrayLike, alpha: float = 0.01, p: float = 1.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE + α‖g‖_p``: CE plus an L_p penalty on the logits ``g`` (003 §3; 002 §2.3).
+    """``L = CE + α‖g‖_p``: CE plus an L_p penalty on the logits ``g`` (Wang et al.
+    (2021), §3; the student report (2021), §2.3).
 
-    ``p ≥ 1`` (a norm); 002 and 003 use p = 1 and α in {0.001, ..., 0.05}. By 002's Theorem 1
+    ``p ≥ 1`` (a norm); the student report (2021) and Wang et al. (2021) use p = 1 and α in
+    {0.001, ..., 0.05}. By the student report (2021)'s Theorem 1
     scaling logits up sharpens the softmax, so shrinking them tempers confidence.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -185,7 +188,8 @@ def logit_norm_loss(
 def entropy_reg_loss(
     logits: ArrayLike, targets: ArrayLike, alpha: float = 0.1, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE − α·H(p̂)`` with ``H(p̂) = −Σ_k p̂_k log p̂_k`` (002 §2.3; Pereyra et al. 2017).
+    """``L = CE − α·H(p̂)`` with ``H(p̂) = −Σ_k p̂_k log p̂_k`` (the student
+    report (2021), §2.3; Pereyra et al. 2017).
 
     Rewards high-entropy (less peaked) predictions. Not bounded below by 0: H ≤ log K.
     """
@@ -198,9 +202,10 @@ def entropy_reg_loss(
 
 @_full_precision
 def brier_loss(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "mean") -> Tensor:
-    """Brier score ``L = Σ_k (p̂_k − y_k)²`` (Brier 1950; the 004 baseline; 000 §3).
+    """Brier score ``L = Σ_k (p̂_k − y_k)²`` (Brier 1950; a baseline of Mukhoti
+    et al. (2020); Lin et al. 2024, §3).
 
-    Computed as u_gBS with β = γ = 2 (000 Eq. 11) in log space, so ``1 − p_y`` keeps its
+    Computed as u_gBS with β = γ = 2 (Lin et al. (2024), Eq. 11) in log space, so ``1 − p_y`` keeps its
     digits when ``p_y → 1``.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -208,42 +213,73 @@ def brier_loss(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "me
 
 
 # =========================================================================== MMCE
-def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool) -> Tensor:
-    """MMCE (or MMCE_w) of one batch as the RKHS norm ``sqrt(vᵀ K v)`` (see :func:`mmce`)."""
+MMCE_NORMALIZATIONS = ("paper", "code")
+
+
+def _check_normalization(normalization: str) -> str:
+    if normalization not in MMCE_NORMALIZATIONS:
+        raise ValueError(f"normalization must be 'paper' or 'code', got {normalization!r}")
+    return normalization
+
+
+def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool, normalization: str = "paper") -> Tensor:
+    """MMCE (or MMCE_w) of one batch as ``sqrt(vᵀ K v)`` (see :func:`mmce`)."""
     conf, pred = F.softmax(x, dim=1).max(dim=1)
     correct = (pred == y).to(x.dtype)
+    power = 1 if normalization == "paper" else 2  # the authors' code divides by the counts twice
     if weighted:
         n_c, n_w = correct.sum(), (1 - correct).sum()
         if n_c == 0 or n_w == 0:  # MMCE_w needs both groups (Kumar et al. §4); 0 otherwise
             return (conf * 0).sum()
-        v = correct * (1 - conf) / n_c - (1 - correct) * conf / n_w
+        v = correct * (1 - conf) / n_c**power - (1 - correct) * conf / n_w**power
     else:
         v = (correct - conf) / x.shape[0]
     kernel = torch.exp(-(conf[:, None] - conf[None, :]).abs() / width)
-    return torch.sqrt(torch.clamp(v @ (kernel @ v), min=1e-12))
+    squared = v @ (kernel @ v)
+    if normalization == "code" and not weighted:  # the code's MMCE_m returns the square
+        return squared
+    return torch.sqrt(torch.clamp(squared, min=1e-12))
 
 
 @_full_precision
-def mmce(logits: ArrayLike, targets: ArrayLike, width: float = 0.4, weighted: bool = True) -> Tensor:
+def mmce(
+    logits: ArrayLike,
+    targets: ArrayLike,
+    width: float = 0.4,
+    weighted: bool = True,
+    normalization: Literal["paper", "code"] = "paper",
+) -> Tensor:
     """Maximum mean calibration error of a batch (Kumar et al. 2018, §3-4), a 0-dim tensor.
 
     With top-label confidence ``r_i = max_k p̂_ik``, correctness ``c_i = 1[argmax p̂_i = y_i]``
     and the Laplacian kernel ``k(r, r') = exp(−|r − r'| / width)`` (width 0.4):
 
     * ``weighted=False``: ``MMCE² = (1/m²) Σ_ij (c_i − r_i)(c_j − r_j) k(r_i, r_j)``;
-    * ``weighted=True`` (MMCE_w, the version Kumar et al. train with and 004 uses): with
-      ``C`` the n correct and ``W`` the m − n wrong samples,
+    * ``weighted=True`` (MMCE_w, the version Kumar et al. train with and Mukhoti et al.
+      (2020) use): with ``C`` the n correct and ``W`` the m − n wrong samples,
       ``MMCE_w² = Σ_{C,C} (1−r_i)(1−r_j)k/n² + Σ_{W,W} r_i r_j k/(m−n)²
       − 2 Σ_{C,W} (1−r_i) r_j k/(n(m−n))``; 0 when either group is empty.
 
     Both are ``vᵀ K v`` for a vector ``v`` (``v_i = (c_i − r_i)/m``, resp. ``(1 − r_i)/n`` on
     ``C`` and ``−r_i/(m − n)`` on ``W``): a squared RKHS norm, hence ≥ 0. Gradients flow
-    through the confidences, not through the correctness indicators. (The widely copied
-    PyTorch port averages each kernel block and then divides by the counts again, which
-    rescales the three terms differently; this is the paper's definition.)
+    through the confidences, not through the correctness indicators.
+
+    ``normalization`` (default ``"paper"``: the definition above, the quantity Kumar et al.
+    define and bound; a measure should not depend on an implementation detail):
+
+    * ``"code"``: what the public code of Mukhoti et al. (2020), which Lin et al. (2024)
+      follow, computes. It averages each kernel block (dividing by n², (m−n)², n(m−n))
+      and then divides by the same counts again, so ``v_i = (1 − r_i)/n²`` on ``C`` and
+      ``−r_i/(m − n)²`` on ``W``: a smaller value whose size depends on the batch's
+      accuracy. The tuned λ = 2 of those papers acts on this value, so reproducing their
+      MMCE rows needs ``normalization="code"`` (``calib.papers.PAPER_LOSS_KWARGS``).
+      Their unweighted MMCE returns ``vᵀ K v`` without the square root; ``"code"`` does
+      the same for ``weighted=False``. (The code also adds 1e-5 to the denominators and
+      1e-10 under the root; those shifts are left out.)
     """
     x, y = _prepare(logits, targets, "mean")
-    return _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
+    normalization = _check_normalization(normalization)
+    return _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
 
 
 @_full_precision
@@ -253,15 +289,19 @@ def mmce_loss(
     lam: float = 2.0,
     width: float = 0.4,
     weighted: bool = True,
+    normalization: Literal["paper", "code"] = "paper",
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """``L = CE + λ·MMCE_w`` (Kumar et al. 2018; λ = 2 in 004's runs, 004 App. B).
+    """``L = CE + λ·MMCE_w`` (Kumar et al. 2018; λ = 2 in Mukhoti et al. (2020), App. B).
 
-    ``mean`` is mean CE + λ·MMCE_w of the batch; see the module notes for ``sum``/``none``.
+    ``normalization`` selects the paper's MMCE_w (default) or the authors' code's smaller
+    one, on which their λ = 2 was tuned: see :func:`mmce`. ``mean`` is mean CE + λ·MMCE_w
+    of the batch; see the module notes for ``sum``/``none``.
     """
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
-    penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted))
+    normalization = _check_normalization(normalization)
+    penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
     return _reduce(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
 
 
@@ -272,10 +312,12 @@ def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
 
 @_full_precision
 def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean") -> Tensor:
-    """Focal loss ``L_f = −(1 − p̂_y)^γ log p̂_y`` (Lin et al. 2017; 004 §3; 000 Eq. 4).
+    """Focal loss ``L_f = −(1 − p̂_y)^γ log p̂_y`` (Lin et al. 2017;
+    Mukhoti et al. 2020, §3; Lin et al. 2024, Eq. 4).
 
     ``gamma`` is a number ≥ 0 or a ``(N,)`` tensor of per-sample values, which receives
-    gradient (gamma-Net, 001 §4.1). γ = 0 is CE; 004 uses γ = 3. By 004 App. A
+    gradient (gamma-Net, Wang & Golebiowski (2024), §4.1). γ = 0 is CE; Mukhoti et al. (2020)
+    use γ = 3. By Mukhoti et al. (2020), App. A
     ``L_f ≥ KL(q‖p̂) − γ H(p̂)``: focal loss minimises CE while raising the entropy.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -292,7 +334,7 @@ def flsd53_loss(
     threshold: float = 0.2,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """FLSD-53: focal loss with a sample-dependent γ (Mukhoti et al. 2020, §5; 000 §5.1).
+    """FLSD-53: focal loss with a sample-dependent γ (Mukhoti et al. 2020, §5; Lin et al. 2024, §5.1).
 
     ``γ_i = gamma_high if p̂_{i,y} < threshold else gamma_low`` (5 below 0.2, else 3), chosen
     from the true-class probability; γ is a constant (no gradient flows through the choice).
@@ -308,7 +350,7 @@ def flsd53_loss(
 
 @_full_precision
 def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean") -> Tensor:
-    """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; 000 Eq. 5).
+    """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; Lin et al. 2024, Eq. 5).
 
     ``p̂_j`` is the largest probability strictly below ``p̂_y`` (0 if none): see
     :func:`calib.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``. γ = 5 in 000.
@@ -323,7 +365,7 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
 def inverse_focal_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """Inverse focal loss ``L = −(1 + p̂_y)^γ̄ log p̂_y`` (003 §5.2, Eq. 4).
+    """Inverse focal loss ``L = −(1 + p̂_y)^γ̄ log p̂_y`` (Wang et al. (2021), §5.2, Eq. 4).
 
     The weight *grows* with confidence: easy samples count more, the opposite of focal loss.
     """
@@ -338,7 +380,7 @@ def inverse_focal_loss(
 def bsce_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """BSCE, loss-weighted: ``L = ‖p̂ − y‖_β^γ · CE`` (000 §4.3, Uncertainty-CE with u_gBS).
+    """BSCE, loss-weighted: ``L = ‖p̂ − y‖_β^γ · CE`` (Lin et al. (2024), §4.3, Uncertainty-CE with u_gBS).
 
     ``norm`` is the order β, ``gamma`` the exponent γ. The gradient flows through the weight.
     """
@@ -350,7 +392,7 @@ def bsce_loss(
 
 # =========================================================================== gradient weighting (GRA)
 def _gra(lp: Tensor, y: Tensor, log_weight: Callable[..., Tensor], *args: object) -> Tensor:
-    """``u · CE`` with u a constant: value u·CE, gradient exactly u·∇CE (000 §4.2, Eq. 9).
+    """``u · CE`` with u a constant: value u·CE, gradient exactly u·∇CE (Lin et al. (2024), §4.2, Eq. 9).
 
     The weight is computed without autograd (it is detached anyway), which keeps the
     backward pass as cheap as CE's.
@@ -362,17 +404,48 @@ def _gra(lp: Tensor, y: Tensor, log_weight: Callable[..., Tensor], *args: object
 
 @_full_precision
 def focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean") -> Tensor:
-    """FL-GRA: gradient ``u_FL · ∇CE`` with ``u_FL = (1 − p̂_y)^γ`` held constant (000 §5.3)."""
+    """FL-GRA: gradient ``u_FL · ∇CE`` with ``u_FL = (1 − p̂_y)^γ`` held constant (Lin et al. (2024), §5.3)."""
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_fl, gamma), reduction)
+
+
+def _log_u_flsd53(lp: Tensor, y: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
+    """``log (1 − p̂_y)^γ_i`` with FLSD-53's ``γ_i = gamma_high if p̂_y < threshold else gamma_low``."""
+    p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
+    gamma = torch.where(p_y < threshold, gamma_high, gamma_low).to(lp.dtype)
+    return _u._log_u_fl(lp, y, gamma)
+
+
+@_full_precision
+def flsd53_gra_loss(
+    logits: ArrayLike,
+    targets: ArrayLike,
+    gamma_low: float = 3.0,
+    gamma_high: float = 5.0,
+    threshold: float = 0.2,
+    reduction: Reduction = "mean",
+) -> Tensor:
+    """FLSD-53-GRA: gradient ``(1 − p̂_y)^γ_i · ∇CE`` with the weight held constant.
+
+    The FL-GRA row of Lin et al. (2024), Table 2 (§5.3): the FLSD-53 schedule of Mukhoti et
+    al. (2020) (``γ_i = 5`` if ``p̂_y < 0.2`` else 3, see :func:`flsd53_loss`) with the focal
+    weight ``u_i = (1 − p̂_y)^γ_i`` detached, so the value is ``u_i · CE_i`` and the
+    gradient is exactly ``u_i · ∇CE_i`` (Lin et al. 2024, Eq. 9).
+    """
+    x, y = _prepare(logits, targets, reduction)
+    gamma_low, gamma_high = check_nonnegative(gamma_low, "gamma_low"), check_nonnegative(gamma_high, "gamma_high")
+    threshold = _check_unit(threshold, "threshold")
+    lp = F.log_softmax(x, dim=1)
+    return _reduce(_gra(lp, y, _log_u_flsd53, gamma_low, gamma_high, threshold), reduction)
 
 
 @_full_precision
 def dual_focal_gra_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """DFL-GRA: gradient ``u_DFL · ∇CE`` with ``u_DFL = (1 − p̂_y + p̂_j)^γ`` constant (000 §5.3)."""
+    """DFL-GRA: gradient ``u_DFL · ∇CE`` with ``u_DFL = (1 − p̂_y + p̂_j)^γ`` constant
+    (Lin et al. (2024), §5.3)."""
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_dfl, gamma), reduction)
@@ -382,14 +455,15 @@ def dual_focal_gra_loss(
 def bsce_gra_loss(
     logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, reduction: Reduction = "mean"
 ) -> Tensor:
-    """BSCE-GRA: gradient ``‖p̂ − y‖_β^γ · ∇CE`` with the weight held constant (000 §4.3, Eq. 14)."""
+    """BSCE-GRA: gradient ``‖p̂ − y‖_β^γ · ∇CE`` with the weight held constant
+    (Lin et al. (2024), §4.3, Eq. 14)."""
     x, y = _prepare(logits, targets, reduction)
     gamma, norm = check_gamma(gamma, x.shape[0]), _u._check_norm(norm)
     return _reduce(_gra(F.log_softmax(x, dim=1), y, _u._log_u_gbs, gamma, norm), reduction)
 
 
 def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..., Tensor]:
-    """Turn a sample-wise weight into a GRA loss (000 §4.2): gradient = ``u(p̂, y) · ∇CE``.
+    """Turn a sample-wise weight into a GRA loss (Lin et al. (2024), §4.2): gradient = ``u(p̂, y) · ∇CE``.
 
     Args:
         weight_fn: ``weight_fn(probs, targets) -> (N,)`` non-negative weights, e.g.
@@ -416,7 +490,7 @@ def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..
         return _reduce(_ce(lp, y) * weight.detach().to(device=lp.device, dtype=lp.dtype), reduction)
 
     loss.__name__ = f"uncertainty_gra[{label}]"
-    loss.__doc__ = f"GRA loss with weight {label}: value u·CE, gradient u·∇CE (000 §4.2)."
+    loss.__doc__ = f"GRA loss with weight {label}: value u·CE, gradient u·∇CE (Lin et al. (2024), §4.2)."
     return loss
 
 
@@ -450,7 +524,9 @@ def dece(
     bin_temperature: float = 0.01,
     acc_temperature: float = 0.01,
 ) -> Tensor:
-    """Differentiable ECE of a batch (Bohdal et al. 2021, §3.1; the CE-DECE baseline of 001), 0-dim.
+    """Differentiable ECE of a batch (Bohdal et al. 2021, §3.1), 0-dim.
+
+    DECE is the meta-objective of the CE-DECE baseline of Wang & Golebiowski (2024).
 
     ECE = Σ_m |B_m|/N · |acc(B_m) − conf(B_m)| (15 bins) made differentiable in two places:
 
@@ -495,7 +571,7 @@ def ce_dece_loss(
     acc_temperature: float = 0.01,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """``L = CE + λ·DECE`` (DECE as a penalty; Bohdal et al. 2021, 001 Table 1 "CE-DECE")."""
+    """``L = CE + λ·DECE`` (DECE as a penalty; Bohdal et al. 2021, Wang & Golebiowski (2024), Table 1 "CE-DECE")."""
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
@@ -503,17 +579,17 @@ def ce_dece_loss(
 
 
 def _sece_value(x: Tensor, y: Tensor, bandwidth: float) -> Tensor:
-    from .metrics import sece_loss as metric_sece  # 001 §4.2, defined with the other metrics
+    from .metrics import sece_loss as metric_sece  # Wang & Golebiowski (2024), §4.2, defined with the other metrics
 
     return metric_sece(F.softmax(x, dim=1), y, bandwidth=bandwidth)
 
 
 @_full_precision
 def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, reduction: Reduction = "mean") -> Tensor:
-    """Smooth ECE of 001 §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
+    """Smooth ECE of Wang & Golebiowski (2024), §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
 
     ``SACC_i = Σ_j π_j K(z_i, z_j) / Σ_j K(z_i, z_j)`` with a Gaussian kernel of bandwidth h
-    (0.01 in 001 §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
+    (0.01 in Wang & Golebiowski (2024), §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
     :func:`calib.metrics.sece_loss`; this wrapper feeds it logits and applies ``reduction``.
     """
     x, y = _prepare(logits, targets, reduction)
@@ -525,7 +601,7 @@ def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, re
 def ce_sece_loss(
     logits: ArrayLike, targets: ArrayLike, lam: float = 1.0, bandwidth: float = 0.01, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE + λ·SECE`` (SECE as a penalty; 001 Table 1 "CE-SECE")."""
+    """``L = CE + λ·SECE`` (SECE as a penalty; Wang & Golebiowski 2024, Table 1 "CE-SECE")."""
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
@@ -562,8 +638,9 @@ class CELoss(_LossModule):
 class LabelSmoothingLoss(_LossModule):
     """Module form of :func:`label_smoothing_loss`.
 
-    ``epsilon`` (default 0.05) with ``convention`` (default ``"uniform"``, 003), or ``alpha``:
-    004's name for the coefficient, which implies ``convention="mukhoti"`` (004 §4).
+    ``epsilon`` (default 0.05) with ``convention`` (default ``"uniform"``, Wang et al. (2021)), or ``alpha``:
+    Mukhoti et al. (2020)'s name for the coefficient, which implies ``convention="mukhoti"``
+    (Mukhoti et al. (2020), §4).
     """
 
     _fn = staticmethod(label_smoothing_loss)
@@ -577,9 +654,14 @@ class LabelSmoothingLoss(_LossModule):
     ) -> None:
         if alpha is not None:
             if epsilon is not None:
-                raise TypeError("label_smoothing takes epsilon or alpha (004's name, mukhoti convention), not both")
+                raise TypeError(
+                    "label_smoothing takes epsilon or alpha (Mukhoti et al. (2020)'s name, mukhoti convention), "
+                    "not both"
+                )
             if convention not in (None, "mukhoti"):
-                raise ValueError(f"alpha is 004's coefficient and implies convention='mukhoti', got {convention!r}")
+                raise ValueError(
+                    f"alpha is Mukhoti et al. (2020)'s coefficient and implies convention='mukhoti', got {convention!r}"
+                )
             epsilon, convention = _check_unit(alpha, "alpha"), "mukhoti"
         epsilon = 0.05 if epsilon is None else _check_unit(epsilon, "epsilon")
         convention = "uniform" if convention is None else convention
@@ -618,15 +700,22 @@ class BrierLoss(_LossModule):
 
 
 class MMCELoss(_LossModule):
-    """Module form of :func:`mmce_loss` (CE + λ·MMCE_w)."""
+    """Module form of :func:`mmce_loss` (CE + λ·MMCE_w); ``normalization="code"`` for the
+    authors' code's scaling (Mukhoti et al. 2020; Lin et al. 2024), see :func:`mmce`."""
 
     _fn = staticmethod(mmce_loss)
 
     def __init__(
-        self, lam: float = 2.0, width: float = 0.4, weighted: bool = True, reduction: Reduction = "mean"
+        self,
+        lam: float = 2.0,
+        width: float = 0.4,
+        weighted: bool = True,
+        normalization: str = "paper",
+        reduction: Reduction = "mean",
     ) -> None:
         super().__init__(
-            reduction, lam=check_nonnegative(lam, "lam"), width=check_positive(width, "width"), weighted=bool(weighted)
+            reduction, lam=check_nonnegative(lam, "lam"), width=check_positive(width, "width"), weighted=bool(weighted),
+            normalization=_check_normalization(normalization),
         )
 
 
@@ -700,6 +789,22 @@ class FocalGRALoss(_GammaLoss):
 
     def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean") -> None:
         super().__init__(gamma, reduction)
+
+
+class FLSD53GRALoss(_LossModule):
+    """Module form of :func:`flsd53_gra_loss`."""
+
+    _fn = staticmethod(flsd53_gra_loss)
+
+    def __init__(
+        self, gamma_low: float = 3.0, gamma_high: float = 5.0, threshold: float = 0.2, reduction: Reduction = "mean"
+    ) -> None:
+        super().__init__(
+            reduction,
+            gamma_low=check_nonnegative(gamma_low, "gamma_low"),
+            gamma_high=check_nonnegative(gamma_high, "gamma_high"),
+            threshold=_check_unit(threshold, "threshold"),
+        )
 
 
 class DualFocalGRALoss(_GammaLoss):
@@ -805,6 +910,7 @@ _REGISTRY: dict[str, tuple[Callable[..., Tensor], type[nn.Module]]] = {
     "inverse_focal": (inverse_focal_loss, InverseFocalLoss),
     "bsce": (bsce_loss, BSCELoss),
     "focal_gra": (focal_gra_loss, FocalGRALoss),
+    "flsd53_gra": (flsd53_gra_loss, FLSD53GRALoss),
     "dual_focal_gra": (dual_focal_gra_loss, DualFocalGRALoss),
     "bsce_gra": (bsce_gra_loss, BSCEGRALoss),
     "dece": (dece_loss, DECELoss),
@@ -861,7 +967,7 @@ def make(name: str, **kwargs: object) -> nn.Module:
 def true_logit_response(
     loss: str | Callable[..., Tensor], p_y: ArrayLike, num_classes: int = 10, **kwargs: object
 ) -> tuple[Tensor, Tensor]:
-    """Loss value and its gradient on the true-class logit as functions of ``p_y`` (003 Fig. 6a).
+    """Loss value and its gradient on the true-class logit as functions of ``p_y`` (Wang et al. (2021), Fig. 6a).
 
     For each ``p_y`` a ``K``-class logit vector ``g = log p`` is built with ``p_y`` on class 0
     and the rest ``1 − p_y`` spread *uniformly* over the other ``K − 1`` classes; the loss

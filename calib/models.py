@@ -2,8 +2,9 @@
 
 Every model is a :class:`Classifier`: ``features(x)`` returns the penultimate
 representation ``(B, d)`` and ``classifier`` is the final ``nn.Linear(d, K)``, with
-``forward(x) = classifier(features(x))``. gamma-Net (001 §3) reads ``features``; the
-overconfidence chapter (004 §3, Fig. 2) tracks the norm of ``classifier.weight``.
+``forward(x) = classifier(features(x))``. gamma-Net (Wang & Golebiowski 2024, §3) reads
+``features``; the overconfidence chapter (Mukhoti et al. 2020, §3, Fig. 2) tracks the norm
+of ``classifier.weight``.
 
 ==========================  ====================================================  ==========
 name                        architecture                                          params*
@@ -11,17 +12,28 @@ name                        architecture                                        
 resnet20/32/56/110          He et al. 2016 §4.2 CIFAR ResNets 6n+2, widths        0.27M / 0.46M /
                             16/32/64, option-A (parameter-free) shortcuts         0.85M / 1.7M
 resnet18, resnet50          ImageNet ResNets in CIFAR form (3×3 stem, no          11.17M / 23.52M
-                            max-pool), as in 004's code
-resnet110_bottleneck        what 004's code calls ResNet-110: the same CIFAR      see docstring
-                            form with bottleneck blocks [3, 4, 26, 3]
+                            max-pool), as in Mukhoti et al. (2020)'s code
+resnet110_bottleneck        what Mukhoti et al. (2020)'s code calls ResNet-110     45.9M
+                            (and the ResNet-110 of their and Lin et al. (2024)'s
+                            tables): the CIFAR-form ImageNet ResNet with
+                            bottleneck blocks [3, 4, 26, 3]
+resnet50_tiny_imagenet      that code's Tiny-ImageNet ResNet-50: resnet50 with     25.14M
+                            the last map pooled to 2×2 (8192 features)            (200 cl.)
 wrn26_10                    WideResNet-26-10 (Zagoruyko & Komodakis 2016) in      36.5M
-                            004's form: 4 basic blocks per stage, widths
-                            160/320/640
+                            Mukhoti et al. (2020)'s form: 4 basic blocks per
+                            stage, widths 160/320/640
 densenet121                 DenseNet-BC-121 (Huang et al. 2017) in CIFAR form:    6.96M
                             3×3 stem with 64 channels, growth 32
 small_cnn                   three 3×3 conv blocks + global pooling (quick profile)
-mlp                         fully connected ReLU network (toy data, 000 §4.3)
+mlp                         fully connected ReLU network (toy data, Lin et al.
+                            (2024) §4.3)
 ==========================  ====================================================  ==========
+
+Two different nets are called "ResNet-110" in the literature: ``resnet110`` is He et al.'s
+1.7M-parameter CIFAR net (Wang et al. (2021) use it); ``resnet110_bottleneck`` is the
+45.9M-parameter net behind the ResNet-110 numbers of Mukhoti et al. (2020) and Lin et al.
+(2024). :data:`DESCRIPTIONS` says the same in one line per name (``python -m calib train
+--help``); ``calib.papers.PAPER_MODELS`` maps each paper's network to its registry name.
 
 \\* for 10 classes; ``tests/test_models.py`` checks them against the published figures.
 """
@@ -36,7 +48,8 @@ from torch import nn
 
 from ._checks import check_positive_int
 
-__all__ = ["Classifier", "make", "names", "count_parameters", "CifarResNet", "ResNet", "WideResNet",
+__all__ = ["Classifier", "make", "names", "describe", "DESCRIPTIONS", "count_parameters", "CifarResNet", "ResNet",
+           "WideResNet",
            "DenseNet", "SmallCNN", "MLP"]
 
 Tensor = torch.Tensor
@@ -60,7 +73,7 @@ def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
 
 
 def _init(model: nn.Module) -> None:
-    """He-normal convolutions (He et al. 2015, as 004's code: N(0, 2 / (k² · C_out))), unit BN."""
+    """He-normal convolutions (He et al. 2015, as Mukhoti et al. (2020)'s code: N(0, 2 / (k² · C_out))), unit BN."""
     for m in model.modules():
         if isinstance(m, nn.Conv2d):
             nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
@@ -141,8 +154,9 @@ class _StagedNet(Classifier):
     """stem (3×3 conv, BN, ReLU) → stages → global average pooling → linear."""
 
     def __init__(self, block: type, blocks: Sequence[int], widths: Sequence[int], num_classes: int,
-                 in_channels: int, shortcut: str, stem: int | None = None) -> None:
+                 in_channels: int, shortcut: str, stem: int | None = None, pool: int = 1) -> None:
         super().__init__()
+        self.pool = check_positive_int(pool, "pool")
         cin = widths[0] if stem is None else stem
         self.stem = nn.Sequential(_conv3(in_channels, cin), nn.BatchNorm2d(cin), nn.ReLU(inplace=True))
         stages = []
@@ -150,11 +164,11 @@ class _StagedNet(Classifier):
             stage, cin = _stage(block, cin, w, n, 1 if i == 0 else 2, shortcut)
             stages.append(stage)
         self.stages = nn.Sequential(*stages)
-        self.classifier = nn.Linear(cin, num_classes)
+        self.classifier = nn.Linear(cin * self.pool**2, num_classes)
         _init(self)
 
     def features(self, x: Tensor) -> Tensor:
-        return torch.flatten(F.adaptive_avg_pool2d(self.stages(self.stem(x)), 1), 1)
+        return torch.flatten(F.adaptive_avg_pool2d(self.stages(self.stem(x)), self.pool), 1)
 
 
 class CifarResNet(_StagedNet):
@@ -176,23 +190,30 @@ class CifarResNet(_StagedNet):
 
 
 class ResNet(_StagedNet):
-    """ImageNet ResNet (He et al. 2016 Table 1) in the CIFAR form used by 004's and 001's code.
+    """ImageNet ResNet (He et al. 2016 Table 1) in the CIFAR form of Mukhoti et al. (2020)'s
+    and Bohdal et al. (2021)'s code.
 
     A 3×3 stride-1 stem with 64 channels and no max-pool, then four stages of widths
-    64/128/256/512 (strides 1, 2, 2, 2) with projection shortcuts and global average
-    pooling. ResNet-18: basic blocks [2, 2, 2, 2]; ResNet-50: bottlenecks [3, 4, 6, 3].
+    64/128/256/512 (strides 1, 2, 2, 2) with projection shortcuts and average pooling to
+    ``pool × pool`` (1: global pooling). ResNet-18: basic blocks [2, 2, 2, 2]; ResNet-50:
+    bottlenecks [3, 4, 6, 3]; the focal-loss code's "ResNet-110": bottlenecks [3, 4, 26, 3]
+    (registry ``resnet110_bottleneck``, 45.9M parameters, *not* He et al.'s 1.7M CIFAR
+    ResNet-110, which is :class:`CifarResNet` ``resnet110``). With ``pool=2`` the last map
+    is pooled to 2×2 and the classifier sees ``4 · 2048`` features: the Tiny-ImageNet
+    ResNet-50 head of that code (registry ``resnet50_tiny_imagenet``).
     """
 
-    def __init__(self, bottleneck: bool, blocks: Sequence[int], num_classes: int, in_channels: int = 3) -> None:
+    def __init__(self, bottleneck: bool, blocks: Sequence[int], num_classes: int, in_channels: int = 3,
+                 pool: int = 1) -> None:
         block = _Bottleneck if bottleneck else _Basic
-        super().__init__(block, blocks, [64, 128, 256, 512], num_classes, in_channels, "B")
+        super().__init__(block, blocks, [64, 128, 256, 512], num_classes, in_channels, "B", pool=pool)
 
 
 class WideResNet(_StagedNet):
-    """WideResNet-d-k (Zagoruyko & Komodakis 2016) as trained in 004's code.
+    """WideResNet-d-k (Zagoruyko & Komodakis 2016) as trained in Mukhoti et al. (2020)'s code.
 
     Stem 3×3 conv with 16 channels, three stages of ``(depth - 2) / 6`` basic blocks of
-    widths 16k/32k/64k (strides 1, 2, 2), projection shortcuts, global pooling. 004's
+    widths 16k/32k/64k (strides 1, 2, 2), projection shortcuts, global pooling. Their
     "WRN-26-10" is this with 4 blocks per stage, the convolutions of the paper's
     WRN-28-10 (36.5M parameters, Zagoruyko & Komodakis Table 4); the blocks are
     post-activation (conv-BN-ReLU) as in that code rather than the paper's BN-ReLU-conv.
@@ -227,7 +248,7 @@ def _transition(cin: int, cout: int) -> nn.Sequential:
 
 
 class DenseNet(Classifier):
-    """DenseNet-BC (Huang et al. 2017) in the CIFAR form of 004's code.
+    """DenseNet-BC (Huang et al. 2017) in the CIFAR form of Mukhoti et al. (2020)'s code.
 
     A 3×3 stem with ``2·growth`` channels (no BN, no max-pool), dense blocks of
     ``blocks`` layers with growth ``growth``, transitions compressing by 0.5, then
@@ -275,7 +296,7 @@ class SmallCNN(Classifier):
 class MLP(Classifier):
     """Fully connected ReLU network ``in_features → hidden[0] → … → hidden[-1] → K``.
 
-    Inputs with more than two dimensions are flattened. 000 §4.3 uses a two-layer network on
+    Inputs with more than two dimensions are flattened. Lin et al. (2024, §4.3) use a two-layer network on
     the 2-D Gaussian mixture (``hidden=(h,)``). ``hidden=()`` is multinomial logistic
     regression (``features`` is then the flattened input).
     """
@@ -309,11 +330,37 @@ _REGISTRY: dict[str, Callable[..., Classifier]] = {
     "resnet18": lambda num_classes, in_channels=3: ResNet(False, [2, 2, 2, 2], num_classes, in_channels),
     "resnet50": lambda num_classes, in_channels=3: ResNet(True, [3, 4, 6, 3], num_classes, in_channels),
     "resnet110_bottleneck": lambda num_classes, in_channels=3: ResNet(True, [3, 4, 26, 3], num_classes, in_channels),
+    "resnet50_tiny_imagenet": lambda num_classes, in_channels=3: ResNet(True, [3, 4, 6, 3], num_classes, in_channels,
+                                                                         pool=2),
     "wrn26_10": lambda num_classes, in_channels=3: WideResNet(26, 10, num_classes, in_channels),
     "densenet121": lambda num_classes, in_channels=3: DenseNet([6, 12, 24, 16], 32, num_classes, in_channels),
     "small_cnn": lambda num_classes, in_channels=3, width=32: SmallCNN(num_classes, in_channels, width),
     "mlp": lambda num_classes, in_features, hidden=128: MLP(num_classes, in_features, hidden),
 }
+
+
+DESCRIPTIONS: dict[str, str] = {
+    "resnet20": "He et al. (2016) CIFAR ResNet-20, 0.27M parameters",
+    "resnet32": "He et al. (2016) CIFAR ResNet-32, 0.46M (Wang et al. 2021)",
+    "resnet56": "He et al. (2016) CIFAR ResNet-56, 0.85M",
+    "resnet110": "He et al. (2016) CIFAR ResNet-110, 1.7M (NOT the focal-loss papers' ResNet-110)",
+    "resnet18": "ResNet-18 in CIFAR form, 11.2M (Wang & Golebiowski 2024)",
+    "resnet50": "ResNet-50 in CIFAR form, 23.5M (Mukhoti et al. 2020; Lin et al. 2024)",
+    "resnet110_bottleneck": "the focal-loss code's bottleneck 'ResNet-110', 45.9M: the ResNet-110 of "
+                            "Mukhoti et al. (2020) and Lin et al. (2024)",
+    "resnet50_tiny_imagenet": "ResNet-50 with the 2x2-pooled head of the focal-loss code, their "
+                              "Tiny-ImageNet net",
+    "wrn26_10": "WideResNet-26-10, 36.5M (Mukhoti et al. 2020; Lin et al. 2024)",
+    "densenet121": "DenseNet-BC-121 in CIFAR form, 7.0M (Mukhoti et al. 2020; Lin et al. 2024)",
+    "small_cnn": "three conv blocks + global pooling (quick profile)",
+    "mlp": "fully connected ReLU net (toy data; needs in_features=)",
+}
+"""One line per registry name: which network it is and whose tables it reproduces."""
+
+
+def describe() -> str:
+    """``name: description`` lines for every model (the CLI's ``--model`` help)."""
+    return "; ".join(f"{name}: {DESCRIPTIONS[name]}" for name in names())
 
 
 def names() -> list[str]:

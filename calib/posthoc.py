@@ -9,9 +9,9 @@ Using a calibrator before ``fit`` raises :class:`NotFittedError`, a subclass of
 probabilities (every row in [0, 1] summing to 1) are refused: scaling probabilities by
 1/T is not temperature scaling.
 
-Sources: temperature scaling (Guo et al. 2017; 003 section 2; 004 section 4 and Table 1,
-which picks T on validation ECE); histogram binning (Zadrozny & Elkan 2001; 003 section
-2, "Histogram Binning").
+Sources: temperature scaling (Guo et al. 2017; Wang et al. (2021) section 2; Mukhoti et
+al. (2020) section 4 and Table 1, which picks T on validation ECE); histogram binning
+(Zadrozny & Elkan 2001; Wang et al. (2021) section 2, "Histogram Binning").
 """
 from __future__ import annotations
 
@@ -46,9 +46,19 @@ class NotFittedError(ValueError, AttributeError):
     """A calibrator was used before ``fit`` (like scikit-learn's ``NotFittedError``)."""
 
 
-def default_grid() -> np.ndarray:
-    """The temperatures ``0.1, 0.2, ..., 10.0`` searched by 000 section 5 and 004 section 4."""
-    return np.round(np.arange(1, 101) * 0.1, 1)
+def default_grid(step: float = 0.1, upper: float = 10.0) -> np.ndarray:
+    """The temperatures ``step, 2 step, ..., upper`` searched on validation ECE.
+
+    ``step=0.1`` is the grid of Lin et al. (2024) section 5 and Mukhoti et al. (2020)
+    section 4 (``0.1, ..., 10``); Wang et al. (2021) section 3.2 search ``0.01, ..., 10``
+    (``step=0.01``). Values are rounded to 10 decimals so ``0.3`` is exactly ``0.3``.
+    """
+    step = check_positive(step, "step")
+    upper = check_positive(upper, "upper")
+    if step > upper:
+        raise ValueError(f"step ({step}) must not exceed upper ({upper})")
+    n = int(math.floor(upper / step + 1e-9))
+    return np.round(np.arange(1, n + 1) * step, 10)
 
 
 def _logits_labels(logits: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
@@ -62,7 +72,7 @@ def _check_temperature(temperature: float) -> float:
 
 
 def temperature_scale(logits: ArrayLike, temperature: float) -> Tensor:
-    """Scaled logits ``g / T`` (003 section 2): ``T > 1`` softens, ``T < 1`` sharpens.
+    """Scaled logits ``g / T`` (Wang et al. (2021) §2): ``T > 1`` softens, ``T < 1`` sharpens.
 
     The arg-max, hence the accuracy, never changes. Returns a tensor in the dtype and on
     the device of ``logits`` (a numpy input gives a CPU tensor).
@@ -142,8 +152,9 @@ def fit_temperature(
 
     ``method="nll"``: minimise the mean NLL over ``T`` by L-BFGS on ``log T`` (Guo et al.
     2017). ``method="grid"``: the value in ``grid`` (default ``0.1, 0.2, ..., 10``) with
-    the lowest ECE over ``n_bins`` bins, first minimum kept (000 section 5, 004 Table 1;
-    003 uses a finer grid from 0.01). NLL is smooth and proper, so its optimum moves
+    the lowest ECE over ``n_bins`` bins, first minimum kept (Lin et al. (2024) section 5,
+    Mukhoti et al. (2020) Table 1; Wang et al. (2021) use a finer grid from 0.01,
+    ``grid=default_grid(0.01)``). NLL is smooth and proper, so its optimum moves
     little with the sample; the ECE grid targets the reported metric directly.
     """
     if method not in ("nll", "grid"):
@@ -218,7 +229,7 @@ class TemperatureScaling:
 
 
 class HistogramBinning:
-    """Histogram binning of the top-label confidence (Zadrozny & Elkan 2001; 003 section 2).
+    """Histogram binning of the top-label confidence (Zadrozny & Elkan 2001; Wang et al. (2021) §2).
 
     ``fit`` splits the validation confidences ``c = max softmax(g)`` into ``n_bins``
     equal-width bins ``(lo, hi]`` (0 kept in the first) and stores each bin's accuracy

@@ -13,7 +13,8 @@ One class, :class:`Trainer`, turns a :class:`TrainConfig` into a *run directory*
 Every metric is a pure function of the saved logits, so :func:`evaluate_run` recomputes
 ``metrics.json`` without retraining.
 
-Schedules (000 §5 "Training setup"; 004 App. B): SGD, momentum 0.9, weight decay 5e-4,
+Schedules (Lin et al. (2024) §5 "Training setup"; Mukhoti et al. (2020) App. B): SGD,
+momentum 0.9, weight decay 5e-4,
 batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
 Tiny-ImageNet: divided at 40 and 60 of 100. :data:`PRESETS` holds them; :meth:`TrainConfig.from_preset`
 scales them to the active profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs
@@ -40,6 +41,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import random
 import signal
@@ -53,19 +55,39 @@ from typing import Any, Iterator, Mapping
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import profile as _profile
 from . import runtime as _runtime
 from .data.splits import smoke_subset
 from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+from .records import (
+    CHECKPOINT_FILE,
+    CONFIG_FILE,
+    EPOCH_LOGITS_DIR,
+    HISTORY_FILE,
+    LOGITS_FILE,
+    METRICS_FILE,
+    TS_METHODS,
+    _atomic_write_text,
+    atomic_save,
+    compute_metrics,
+    load_epoch_logits,
+    load_history,
+    load_logits,
+    split_stats,
+)
+from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 
 __all__ = [
     "TrainConfig",
     "Trainer",
     "PRESETS",
     "PRESET_EPOCHS",
+    "PAPER_SEEDS",
+    "DEFAULT_PRESET",
+    "SELECT_MODES",
+    "load_epoch_logits",
     "scaled_milestones",
     "train",
     "evaluate_run",
@@ -83,41 +105,24 @@ __all__ = [
     "CHECKPOINT_FILE",
 ]
 
-CONFIG_FILE = "config.json"
-HISTORY_FILE = "history.jsonl"
-METRICS_FILE = "metrics.json"
-LOGITS_FILE = "logits.pt"
-CHECKPOINT_FILE = "checkpoint.pt"
 CHECKPOINT_FORMAT = 1
 PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
 
 OPTIMIZERS = ("sgd", "adam", "adamw")
 AMP_MODES = ("off", "auto", "bf16", "fp16")
+SELECT_MODES = ("last", "best_val")
 
-# The papers' protocols: 000 §5 "Training setup" (SGD, momentum 0.9, weight decay 5e-4, batch 128
-# for every dataset) and 004 App. B (the same CIFAR schedule; Tiny-ImageNet holds out 50 training
-# images per class, 10,000 in all, for validation).
-PRESETS: dict[str, dict[str, Any]] = {
-    "cifar": dict(epochs=350, milestones=(150, 250), lr=0.1, momentum=0.9, weight_decay=5e-4,
-                  batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=5000),
-    "tiny_imagenet": dict(epochs=100, milestones=(40, 60), lr=0.1, momentum=0.9, weight_decay=5e-4,
-                          batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=10000),
-}
-# Epochs per profile; milestones scale by epochs / paper epochs (rounded, kept in [1, epochs-1]).
-#   cifar:          paper 350 (150, 250) | colab 30 (13, 21) | quick 3 (1, 2)
-#   tiny_imagenet:  paper 100 (40, 60)   | colab 15 (6, 9)   | quick 2 (1,)
-PRESET_EPOCHS: dict[str, dict[str, int]] = {
-    "cifar": {"paper": 350, "colab": 30, "quick": 3},
-    "tiny_imagenet": {"paper": 100, "colab": 15, "quick": 2},
-}
-DEFAULT_PRESET = {"cifar10": "cifar", "cifar100": "cifar", "svhn": "cifar", "tiny_imagenet": "tiny_imagenet"}
-# random crop + flip by default: 004 App. B for CIFAR; for Tiny-ImageNet the papers are silent (our choice)
+# PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
+# (the papers' protocols as data) and are re-exported here.
+# random crop + flip by default: Mukhoti et al. (2020) App. B for CIFAR; for Tiny-ImageNet the
+# papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
-_TOY_DATA = ("digits", "gaussian")  # offline data of calib.data.toy: fixed splits, no val_size
+_TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
-_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size")
+_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync",
+                   "checkpoint_every")
 
 
 class CheckpointError(ValueError):
@@ -134,32 +139,46 @@ class TrainingInterrupted(KeyboardInterrupt):
         super().__init__(f"training stopped by {signal.Signals(signum).name}: {where}")
 
 
-def scaled_milestones(milestones: tuple[int, ...], paper_epochs: int, epochs: int) -> tuple[int, ...]:
-    """Milestones scaled from ``paper_epochs`` to ``epochs``: ``round(m * epochs / paper_epochs)``.
-
-    Kept inside ``[1, epochs - 1]`` and de-duplicated, so a scaled schedule still drops the
-    learning rate the same number of times wherever the run is long enough to.
-    """
-    if epochs >= paper_epochs:
-        return tuple(milestones)
-    out = sorted({min(max(1, round(m * epochs / paper_epochs)), max(1, epochs - 1)) for m in milestones})
-    return tuple(m for m in out if m < epochs) or ((1,) if epochs > 1 else ())
-
-
 @dataclass
 class TrainConfig:
     """Everything a run depends on; JSON-serialisable (``to_json`` / ``from_json``).
 
-    Defaults are the CIFAR protocol of 000 §5 / 004 App. B (SGD 0.1, momentum 0.9, wd 5e-4,
+    Defaults are the CIFAR protocol of Lin et al. (2024) §5 / Mukhoti et al. (2020) App. B
+    (SGD 0.1, momentum 0.9, wd 5e-4,
     batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
     to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
     ``val_size=None`` keeps the data loader's default split. ``augment=None`` turns random
     crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
     where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
-    epoch for training-dynamics plots (004 §3, Figs. 1-2). ``meta``, ``meta_objective`` and
+    epoch for training-dynamics plots (Mukhoti et al. (2020) §3, Figs. 1-2). ``meta``,
+    ``meta_objective`` and
     ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
     ``calib.meta.MetaTrainer``.
+
+    Protocol settings (see :mod:`calib.presets` for the papers' choices):
+
+    * ``select``: ``"last"`` keeps the final weights; ``"best_val"`` keeps the weights of the
+      epoch with the lowest validation error (first one on ties), as Wang & Golebiowski (2024)
+      select their models; the chosen epoch is recorded in ``metrics.json``.
+    * ``ts_method``: which temperature fit fills ``post_ts``/``temperature`` of ``metrics.json``:
+      ``"nll"`` (Guo et al.) or ``"grid"`` (lowest validation ECE over ``ts_grid_step``,
+      ``2 ts_grid_step``, ..., 10; Mukhoti et al. (2020) and Lin et al. (2024) use a 0.1 step,
+      Wang et al. (2021) 0.01). Both fits are always recorded under ``metrics["ts"]``.
+    * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
+      of :meth:`Trainer.train_step` (the public code of Mukhoti et al. (2020) clips at 2);
+      ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
+    * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.mixup`;
+      Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
+    * ``keep_epoch_logits``: save the validation and test logits after every epoch under
+      ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
+      Wang et al. (2021), Fig. 4; with ``"train"`` in ``track`` the (unaugmented) training
+      logits too, for the learned epoch of each training sample (their Fig. 5).
+    * ``fsync`` (runtime only): fsync checkpoints and logits after writing them (atomic
+      either way; ``False`` trades power-cut durability for speed on tiny runs).
+    * ``checkpoint_every`` (runtime only): write the epoch checkpoint every this many epochs
+      (and after the last; a SIGTERM/SIGINT always writes one). A killed run resumes from the
+      last one written and replays the epochs after it, with the same result.
     """
 
     data: str = "digits"
@@ -197,6 +216,13 @@ class TrainConfig:
     meta: str = "none"
     meta_objective: str = "sece"
     meta_kwargs: dict[str, Any] = field(default_factory=dict)
+    select: str = "last"
+    ts_grid_step: float = 0.1
+    clip_grad: float | None = None
+    keep_epoch_logits: bool = False
+    fsync: bool = True
+    checkpoint_every: int = 1
+    mixup_alpha: float = 0.0
 
     def __post_init__(self) -> None:
         self.milestones = tuple(int(m) for m in self.milestones)
@@ -208,7 +234,7 @@ class TrainConfig:
 
     def validate(self) -> None:
         """Raise ValueError/TypeError naming the field for any value out of range."""
-        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins", "checkpoint_every"):
             check_positive_int(getattr(self, name), name)
         check_positive_int(self.seed, "seed", minimum=0)
         check_positive_int(self.split_seed, "split_seed", minimum=0)
@@ -226,8 +252,25 @@ class TrainConfig:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.ts_method not in ("nll", "grid"):
+        if self.ts_method not in TS_METHODS:
             raise ValueError(f"ts_method must be 'nll' or 'grid', got {self.ts_method!r}")
+        if self.select not in SELECT_MODES:
+            raise ValueError(f"select must be one of {SELECT_MODES}, got {self.select!r}")
+        if isinstance(self.ts_grid_step, bool) or not isinstance(self.ts_grid_step, (int, float)) \
+                or not 0 < self.ts_grid_step <= 10:
+            raise ValueError(f"ts_grid_step must be a number in (0, 10], got {self.ts_grid_step!r}")
+        if self.clip_grad is not None and (isinstance(self.clip_grad, bool)
+                                           or not isinstance(self.clip_grad, (int, float))
+                                           or not math.isfinite(self.clip_grad) or self.clip_grad <= 0):
+            raise ValueError(f"clip_grad must be None or a finite number > 0, got {self.clip_grad!r}")
+        from .mixup import check_alpha
+
+        if check_alpha(self.mixup_alpha, "mixup_alpha") > 0 and self.meta != "none":
+            raise ValueError(f"mixup_alpha > 0 cannot be combined with meta={self.meta!r} (its own train step)")
+        if not isinstance(self.fsync, bool):
+            raise TypeError(f"fsync must be True or False, got {self.fsync!r}")
+        if not isinstance(self.keep_epoch_logits, bool):
+            raise TypeError(f"keep_epoch_logits must be True or False, got {self.keep_epoch_logits!r}")
         if bad := [s for s in self.track if s not in ("train", "test")]:
             raise ValueError(f"track may hold 'train' and 'test' only, got {bad}")
         if self.preset is not None and self.preset not in PRESETS:
@@ -246,7 +289,10 @@ class TrainConfig:
         """The ``preset`` schedule scaled to ``profile`` (default: the active one), then ``overrides``.
 
         ``paper`` gives the exact protocol; ``colab``/``quick`` cut the epochs (see
-        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Passing ``epochs`` in
+        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Presets (see
+        :mod:`calib.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
+        protocols ``lin2024``, ``mukhoti2020``, ``wang2024`` and ``wang2021``, which also set
+        the temperature fit, model selection and gradient clipping of that paper. Passing ``epochs`` in
         ``overrides`` rescales the milestones to it unless ``milestones`` is passed too.
         """
         if preset not in PRESETS:
@@ -326,38 +372,6 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def atomic_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to a temp file in the same folder, fsync, then ``os.replace``.
-
-    A crash mid-write leaves at most a stray temp file; ``path`` keeps its previous,
-    complete content until the rename, which POSIX makes atomic.
-    """
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
-    with contextlib.suppress(OSError):  # make the rename itself durable
-        fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Load a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` if unusable."""
     path = Path(path)
@@ -417,36 +431,6 @@ def _dist_env() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, float | None]:
-    """Accuracy, NLL, ECE and the NLL/entropy of correct vs wrong predictions (004 §3, Figs. 1-2).
-
-    NLL is the mean of ``-log softmax(g)_y``; the entropy of a prediction is
-    ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
-    ECE is :func:`calib.metrics.ece` with ``n_bins`` equal-width bins.
-    """
-    from . import metrics
-
-    g = check_logits(logits, "logits").float()
-    y = check_labels(labels, g.shape[0], g.shape[1]).to(g.device)
-    logp = F.log_softmax(g, dim=1)
-    nll = -logp.gather(1, y[:, None]).squeeze(1)
-    ent = -(logp.exp() * logp).sum(1)
-    correct = logp.argmax(1) == y
-
-    def mean(t: Tensor, mask: Tensor) -> float | None:
-        return float(t[mask].mean()) if bool(mask.any()) else None
-
-    return {
-        "acc": float(correct.float().mean()),
-        "nll": float(nll.mean()),
-        "ece": float(metrics.ece(logp.exp(), y, n_bins=n_bins)),
-        "nll_correct": mean(nll, correct),
-        "nll_wrong": mean(nll, ~correct),
-        "entropy_correct": mean(ent, correct),
-        "entropy_wrong": mean(ent, ~correct),
-    }
 
 
 # ----------------------------------------------------------------------------- trainer
@@ -530,6 +514,8 @@ class Trainer:
         self._stop_signal: int | None = None
         self._eval_loaders: dict[str, Any] = {}
         self.metrics: dict[str, Any] | None = None
+        # select="best_val": {"epoch", "val_error", "model"} of the best epoch so far
+        self.best: dict[str, Any] | None = None
 
     # -- construction (override in subclasses) ---------------------------------------
 
@@ -607,7 +593,7 @@ class Trainer:
         return cls(params, lr=c.lr, weight_decay=c.weight_decay)
 
     def build_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler:
-        """Step decay: lr × ``gamma_lr`` at each milestone epoch (000 §5; 004 App. B)."""
+        """Step decay: lr × ``gamma_lr`` at each milestone (Lin et al. (2024) §5; Mukhoti et al. (2020))."""
         return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, list(self.config.milestones),
                                                     gamma=self.config.gamma_lr)
 
@@ -676,17 +662,34 @@ class Trainer:
         The forward pass runs under autocast; the loss is computed in float32.
         """
         self.net.train()
+        mixed = None
+        if self.config.mixup_alpha > 0:  # mixup (Zhang et al. 2018): calib.mixup
+            from .mixup import draw_seed, mix_batch
+
+            mixed = mix_batch(x, y, self.config.mixup_alpha, seed=draw_seed())
         with self.autocast():
-            logits = self.net(x)
-        loss = self.criterion(logits.float(), y)
+            logits = self.net(x if mixed is None else mixed.x)
+        loss = self.criterion(logits.float(), y) if mixed is None else mixed.loss(self.criterion, logits.float())
         if loss.ndim:
             loss = loss.mean()
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        out = {"loss": loss.detach(), "acc": (logits.detach().argmax(1) == y).float().mean()}
+        if self.config.clip_grad is not None:
+            out["grad_norm"] = self.clip_gradients()
         self.scaler.step(self.optimizer)
         self.scaler.update()
-        acc = (logits.detach().argmax(1) == y).float().mean()
-        return {"loss": loss.detach(), "acc": acc}
+        return out
+
+    def clip_gradients(self) -> Tensor:
+        """Clip the global L2 norm of the gradients to ``config.clip_grad``; return the norm before.
+
+        ``||g|| > c`` rescales every gradient by ``c / ||g||`` (``torch.nn.utils.clip_grad_norm_``),
+        as the training loop of Mukhoti et al. (2020) does with c = 2. Under fp16 AMP the
+        gradients are unscaled first, so the bound applies to the true gradient.
+        """
+        self.scaler.unscale_(self.optimizer)
+        return torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.clip_grad)).detach()
 
     def _train_epoch(self, bar: Any) -> dict[str, float]:
         # a checkpoint taken mid-epoch restores the loader's position and the partial sums
@@ -740,7 +743,7 @@ class Trainer:
         return split_stats(*self.predict(split), n_bins=self.config.n_bins)
 
     def classifier_norm(self) -> float | None:
-        """Frobenius norm of the last linear layer's weights (004 §3, Fig. 2e); None without one."""
+        """Frobenius norm of the last linear layer's weights (Mukhoti et al. (2020) Fig. 2e); None if none."""
         head = getattr(self.model, "classifier", None)
         if not isinstance(head, nn.Linear):
             return None
@@ -772,6 +775,7 @@ class Trainer:
             "loader": self.train_loader.state_dict(),
             "history": json.dumps(self.history),
             "extra": self.extra_state(),
+            "best": dict(self.best) if self.best is not None else {},
         }
 
     def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
@@ -779,7 +783,7 @@ class Trainer:
             return None
         path = self.out / CHECKPOINT_FILE
         if self.is_main:
-            atomic_save(self.checkpoint_state(step=step, sums=sums), path)
+            atomic_save(self.checkpoint_state(step=step, sums=sums), path, durable=self.config.fsync)
         self._barrier()
         return path
 
@@ -804,6 +808,7 @@ class Trainer:
         self.scaler.load_state_dict(ckpt["scaler"])
         self.train_loader.load_state_dict(ckpt["loader"])
         self.load_extra_state(ckpt.get("extra", {}))
+        self.best = dict(ckpt["best"]) if ckpt.get("best") else None
         self.epoch, self._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
         self._resume_sums = dict(ckpt["sums"])
         self.history = json.loads(ckpt["history"])
@@ -909,8 +914,12 @@ class Trainer:
                 self.scheduler.step()
                 line = self._epoch_line(lr, train_stats, time.perf_counter() - t0)
                 self.epoch += 1
+                self._update_best(line)
                 self._append_history(line)
-                self.save_checkpoint()
+                if c.keep_epoch_logits:
+                    self._save_epoch_logits()
+                if self.epoch % c.checkpoint_every == 0 or self.epoch == c.epochs:
+                    self.save_checkpoint()
                 ebar.update(1)
                 ebar.set_postfix(loss=f"{line['train_loss']:.3f}", val_acc=f"{line['val_acc']:.3f}",
                                  val_nll=f"{line['val_nll']:.3f}", val_ece=f"{line['val_ece']:.3f}")
@@ -926,16 +935,51 @@ class Trainer:
         line["seconds"] = seconds
         return line
 
+    def _update_best(self, line: dict[str, Any]) -> None:
+        """Keep a CPU copy of the weights of the lowest-validation-error epoch (select="best_val")."""
+        if self.config.select != "best_val":
+            return
+        err = 1.0 - float(line["val_acc"])
+        if self.best is None or err < self.best["val_error"]:
+            state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+            self.best = {"epoch": self.epoch, "val_error": err, "model": state}
+
+    @property
+    def selected_epoch(self) -> int:
+        """The epoch whose weights the run record holds: the last, or the best on validation."""
+        if self.config.select == "best_val" and self.best is not None:
+            return int(self.best["epoch"])
+        return self.epoch
+
+    def _save_epoch_logits(self) -> None:
+        if self.out is None:
+            return
+        record: dict[str, Tensor] = {}
+        for split in ("val", "test", *(("train",) if "train" in self.config.track else ())):
+            record[f"{split}_logits"], record[f"{split}_labels"] = self.predict(split)
+        if self.is_main:
+            folder = self.out / EPOCH_LOGITS_DIR
+            folder.mkdir(exist_ok=True)
+            atomic_save(record, folder / f"epoch_{self.epoch:04d}.pt", durable=self.config.fsync)
+
     def finish(self) -> dict[str, Any]:
-        """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics."""
+        """Save val/test logits and (on rank 0) write ``metrics.json``; return the metrics.
+
+        With ``select="best_val"`` the best validation epoch's weights are loaded first, so
+        ``model``, the logits and the metrics all belong to that epoch.
+        """
+        if self.config.select == "best_val" and self.best is not None:
+            self.model.load_state_dict(self.best["model"])
         val_logits, val_labels = self.predict("val")
         test_logits, test_labels = self.predict("test")
         record = {"val_logits": val_logits, "val_labels": val_labels,
-                  "test_logits": test_logits, "test_labels": test_labels}
+                  "test_logits": test_logits, "test_labels": test_labels,
+                  "selected_epoch": torch.tensor(self.selected_epoch)}
         if self.out is None:
-            return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method)
+            return compute_metrics(record, n_bins=self.config.n_bins, ts_method=self.config.ts_method,
+                                   ts_grid_step=self.config.ts_grid_step, select=self.config.select)
         if self.is_main:
-            atomic_save(record, self.out / LOGITS_FILE)
+            atomic_save(record, self.out / LOGITS_FILE, durable=self.config.fsync)
             metrics = evaluate_run(self.out)
         self._barrier()
         return metrics if self.is_main else json.loads((self.out / METRICS_FILE).read_text())
@@ -952,62 +996,18 @@ def load_config(run_dir: str | os.PathLike) -> TrainConfig:
     return TrainConfig.from_json(path.read_text())
 
 
-def load_history(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The per-epoch lines of ``history.jsonl``."""
-    path = Path(run_dir) / HISTORY_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:
-    """``{"val_logits", "val_labels", "test_logits", "test_labels"}`` of a finished run."""
-    path = Path(run_dir) / LOGITS_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: has the run in {run_dir} finished?")
-    try:
-        record = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
-        raise ValueError(f"{path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
-                         "rerun the training with --resume to write it again") from exc
-    if not isinstance(record, dict):
-        raise ValueError(f"{path} does not hold a dict of logits and labels")
-    if missing := {"val_logits", "val_labels", "test_logits", "test_labels"} - set(record):
-        raise ValueError(f"{path} lacks {sorted(missing)}")
-    return record
-
-
-def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method: str = "nll") -> dict[str, Any]:
-    """Test metrics before and after temperature scaling fitted on the validation logits.
-
-    ``calib.metrics.summary`` (accuracy, NLL, Brier, ECE, AdaECE, Classwise-ECE, MCE with
-    ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)``, where T is fitted on the
-    validation split by ``calib.posthoc.TemperatureScaling(method=ts_method)`` (Guo et al.'s
-    NLL fit, or the papers' grid search on validation ECE, 000 §5 / 004 §5).
-    """
-    from . import metrics, posthoc
-
-    check_positive_int(n_bins, "n_bins")
-    ts = posthoc.TemperatureScaling(method=ts_method).fit(record["val_logits"], record["val_labels"])
-    test_logits, test_labels = record["test_logits"], record["test_labels"]
-    pre = metrics.summary(torch.softmax(test_logits.double(), 1), test_labels, n_bins=n_bins)
-    post = metrics.summary(ts.predict_proba(test_logits), test_labels, n_bins=n_bins)
-    as_float = lambda d: {k: float(v) for k, v in d.items()}  # noqa: E731
-    return {"pre_ts": as_float(pre), "post_ts": as_float(post), "temperature": float(ts.temperature),
-            "ts_method": ts_method, "n_bins": n_bins, "n_test": int(test_labels.shape[0]),
-            "n_val": int(record["val_labels"].shape[0])}
-
-
-def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None) -> dict[str, Any]:
+def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None,
+                 ts_grid_step: float | None = None) -> dict[str, Any]:
     """Recompute ``metrics.json`` of a run from its saved logits (no retraining) and return it.
 
-    ``n_bins`` and ``ts_method`` default to the run's config.
+    ``n_bins``, ``ts_method`` and ``ts_grid_step`` default to the run's config.
     """
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
         raise FileNotFoundError(f"run directory {run_dir} does not exist")
     cfg = load_config(run_dir)
-    metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method)
+    metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method,
+                              ts_grid_step=ts_grid_step or cfg.ts_grid_step, select=cfg.select)
     _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
 

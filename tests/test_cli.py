@@ -20,7 +20,8 @@ TRAIN_OPTIONS = ["--data", "--data-root", "--download", "--val-size", "--split-s
                  "--meta-objective", "--meta-arg", "--profile", "--preset", "--epochs", "--milestones", "--gamma-lr",
                  "--batch-size", "--lr", "--momentum", "--weight-decay", "--optimizer", "--seed", "--augment",
                  "--out", "--resume", "--amp", "--compile", "--channels-last", "--device", "--n-bins",
-                 "--ts-method", "--track", "--no-progress"]
+                 "--ts-method", "--track", "--no-progress", "--select", "--clip-grad", "--ts-grid-step",
+                 "--keep-epoch-logits"]
 
 
 def exit_code(argv, capsys) -> tuple[int, str]:
@@ -39,7 +40,7 @@ def test_module_entry_point_help():
     done = subprocess.run([sys.executable, "-m", "calib", "--help"], env=env, cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert done.returncode == 0
-    assert "train" in done.stdout and "evaluate" in done.stdout
+    assert "train" in done.stdout and "evaluate" in done.stdout and "sweep" in done.stdout
 
 
 def test_train_help_documents_every_option():
@@ -117,6 +118,21 @@ def test_config_from_args_paper_profile():
     tiny = config_from_args(build_parser().parse_args(
         ["train", "--data", "tiny_imagenet", "--profile", "colab", "--amp", "--out", "y", "--epochs", "10"]))
     assert (tiny.preset, tiny.epochs, tiny.milestones, tiny.amp) == ("tiny_imagenet", 10, (4, 6), "auto")
+
+
+def test_config_from_args_paper_presets_and_protocol_flags():
+    def cfg(*extra):
+        return config_from_args(build_parser().parse_args(["train", "--data", "cifar10", "--out", "x", *extra]))
+
+    lin = cfg("--preset", "lin2024", "--profile", "paper")
+    assert (lin.ts_method, lin.ts_grid_step, lin.clip_grad, lin.select, lin.epochs) == ("grid", 0.1, 2.0, "last", 350)
+    assert cfg("--preset", "lin2024", "--ts-method", "nll", "--clip-grad", "5").clip_grad == 5.0
+    assert cfg("--preset", "lin2024", "--ts-method", "nll").ts_method == "nll"
+    assert cfg("--preset", "wang2024").select == "best_val"
+    plain = cfg()
+    assert (plain.ts_method, plain.clip_grad, plain.select, plain.keep_epoch_logits) == ("nll", None, "last", False)
+    flags = cfg("--select", "best_val", "--ts-grid-step", "0.01", "--keep-epoch-logits")
+    assert (flags.select, flags.ts_grid_step, flags.keep_epoch_logits) == ("best_val", 0.01, True)
 
 
 def test_train_then_evaluate(tmp_path, capsys):

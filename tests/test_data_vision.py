@@ -211,7 +211,8 @@ def test_bad_split_seed():
 
 
 def test_unknown_dataset_and_names():
-    assert {"cifar10", "cifar100", "svhn", "tiny_imagenet", "digits", "gaussian"} == set(datasets())
+    assert {"cifar10", "cifar100", "svhn", "tiny_imagenet", "digits", "gaussian",
+            "gaussian_overlap"} == set(datasets())
     with pytest.raises(ValueError, match="cifar10"):
         load("imagenet")
     with pytest.raises(TypeError, match="name"):

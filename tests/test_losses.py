@@ -21,11 +21,18 @@ from calib import uncertainty as U
 T = torch.tensor
 EXPECTED_NAMES = [
     "brier", "bsce", "bsce_gra", "ce", "ce_dece", "ce_sece", "dece", "dual_focal", "dual_focal_gra",
-    "entropy_reg", "flsd53", "focal", "focal_gra", "inverse_focal", "label_smoothing", "logit_norm",
+    "entropy_reg", "flsd53", "flsd53_gra", "focal", "focal_gra", "inverse_focal", "label_smoothing", "logit_norm",
     "mmce", "sece",
 ]
+def _u_flsd53(probs: torch.Tensor, y: torch.Tensor, gamma: object = None) -> torch.Tensor:
+    """FLSD-53's weight written out: (1 − p_y)^5 if p_y < 0.2 else (1 − p_y)^3 (``gamma`` unused)."""
+    p_y = probs.gather(1, y[:, None]).squeeze(1)
+    return torch.where(p_y < 0.2, (1 - p_y) ** 5, (1 - p_y) ** 3)
+
+
 GRA = {  # GRA loss: (its loss-weighted twin, its weight, default gamma)
     "focal_gra": ("focal", U.u_fl, 3.0),
+    "flsd53_gra": ("flsd53", _u_flsd53, None),
     "dual_focal_gra": ("dual_focal", U.u_dfl, 5.0),
     "bsce_gra": ("bsce", U.u_gbs, 4.0),
 }
@@ -255,6 +262,44 @@ def test_gra_gradient_is_detached_weight_times_ce_gradient(name):
     assert not torch.allclose(grad, grad_lw)
 
 
+def test_flsd53_gra_parity_derived_by_hand():
+    """Logits [2, 0, 0], y = 0: p_y = e²/(e² + 2) = 0.786986 ≥ 0.2, so γ = 3 and
+    u = (1 − p_y)³ = 0.0096655; value u·CE = u·(−log p_y) = 0.0023153 (FLSD-53's value, DESIGN.md §5);
+    gradient u·(p̂ − y) = u·(p_y − 1, (1 − p_y)/2, (1 − p_y)/2) = (−0.0020589, 0.0010294, 0.0010294).
+    Logits [0, .5, 1], y = 0: p_y = 0.186324 < 0.2, so γ = 5, u = 0.356663, value 0.599290 and
+    gradient u·(p̂ − y) = (−0.290208, 0.109565, 0.180643)."""
+    e2 = math.exp(2.0)
+    p_y = e2 / (e2 + 2)
+    u = (1 - p_y) ** 3
+    assert p_y == pytest.approx(0.786986, abs=1e-6) and u == pytest.approx(0.0096655, abs=1e-7)
+    x = T([[2.0, 0.0, 0.0]], dtype=torch.float64, requires_grad=True)
+    value = L.flsd53_gra_loss(x, T([0]))
+    assert value.item() == pytest.approx(0.0023153, abs=1e-7)
+    assert value.item() == pytest.approx(u * -math.log(p_y), rel=1e-12)
+    (grad,) = torch.autograd.grad(value, x)
+    expected = T([[u * (p_y - 1), u * (1 - p_y) / 2, u * (1 - p_y) / 2]], dtype=torch.float64)
+    torch.testing.assert_close(grad, expected, rtol=1e-12, atol=0)
+    torch.testing.assert_close(grad, T([[-0.0020589, 0.0010294, 0.0010294]], dtype=torch.float64), rtol=0, atol=1e-7)
+    x = T([[0.0, 0.5, 1.0]], dtype=torch.float64, requires_grad=True)
+    value = L.flsd53_gra_loss(x, T([0]))
+    assert value.item() == pytest.approx(0.599290, abs=1e-6)
+    (grad,) = torch.autograd.grad(value, x)
+    torch.testing.assert_close(grad, T([[-0.290208, 0.109565, 0.180643]], dtype=torch.float64), rtol=0, atol=1e-6)
+    # the loss-weighted FLSD-53 differentiates through the weight: another gradient
+    (grad_lw,) = torch.autograd.grad(L.flsd53_loss(x, T([0])), x)
+    assert not torch.allclose(grad, grad_lw)
+
+
+def test_flsd53_gra_is_registered_with_the_schedule_keywords():
+    x, y = _batch(n=7, seed=21)
+    module = L.make("flsd53_gra", gamma_low=2.0, gamma_high=4.0, threshold=0.3)
+    assert torch.allclose(module(x, y), L.flsd53_loss(x, y, gamma_low=2.0, gamma_high=4.0, threshold=0.3))
+    with pytest.raises(ValueError, match="threshold"):
+        L.flsd53_gra_loss(x, y, threshold=1.5)
+    with pytest.raises(TypeError, match="gamma"):
+        L.make("flsd53_gra", gamma=3.0)
+
+
 def test_uncertainty_gra_wraps_any_weight():
     x, y = _batch(n=9, seed=9)
     x.requires_grad_(True)
@@ -302,6 +347,53 @@ def test_mmce_matches_the_pairwise_definition(weighted):
     assert L.mmce_loss(x, y, lam=2.0, weighted=weighted).item() == pytest.approx(
         ce.item() + 2.0 * _naive_mmce(x, y, 0.4, weighted), rel=1e-9
     )
+
+
+def _naive_mmce_code(x: torch.Tensor, y: torch.Tensor, width: float, weighted: bool) -> float:
+    """The authors' code's procedure (Mukhoti et al. 2020's MMCE_weighted, MMCE), one pair at a time:
+    each kernel block is *averaged* (divided by its number of pairs) and the average is then
+    divided by the counts again; the unweighted version returns the square (no root)."""
+    p = x.softmax(1)
+    r = p.max(1).values.tolist()
+    c = (p.argmax(1) == y).tolist()
+    k = lambda a, b: math.exp(-abs(a - b) / width)  # noqa: E731
+    m = len(r)
+    if not weighted:
+        return sum((c[i] - r[i]) * (c[j] - r[j]) * k(r[i], r[j]) for i in range(m) for j in range(m)) / m**2
+    C = [i for i in range(m) if c[i]]
+    W = [i for i in range(m) if not c[i]]
+    mean_cc = sum((1 - r[i]) * (1 - r[j]) * k(r[i], r[j]) for i in C for j in C) / (len(C) * len(C))
+    mean_ww = sum(r[i] * r[j] * k(r[i], r[j]) for i in W for j in W) / (len(W) * len(W))
+    mean_cw = sum((1 - r[i]) * r[j] * k(r[i], r[j]) for i in C for j in W) / (len(C) * len(W))
+    total = mean_cc / len(C) ** 2 + mean_ww / len(W) ** 2 - 2 * mean_cw / (len(C) * len(W))
+    return math.sqrt(total)
+
+
+@pytest.mark.parametrize("weighted", [True, False])
+def test_mmce_code_normalization_matches_the_authors_procedure(weighted):
+    x, y = _batch(n=12, k=3, scale=1.5, seed=10)
+    expected = _naive_mmce_code(x, y, 0.4, weighted)
+    got = L.mmce(x, y, width=0.4, weighted=weighted, normalization="code")
+    assert got.item() == pytest.approx(expected, rel=1e-9)
+    ce = F.cross_entropy(x, y).item()
+    module = L.make("mmce", lam=2.0, weighted=weighted, normalization="code")
+    assert module(x, y).item() == pytest.approx(ce + 2.0 * expected, rel=1e-9)
+    assert L.mmce(x, y, weighted=weighted).item() == pytest.approx(_naive_mmce(x, y, 0.4, weighted), rel=1e-9)
+
+
+def test_mmce_code_normalization_is_smaller_and_default_is_the_paper():
+    """With n correct and m − n wrong samples (both ≥ 2) the code's MMCE_w is below the paper's."""
+    x, y = _batch(n=32, k=3, scale=1.5, seed=11)
+    n_c = int((x.argmax(1) == y).sum())
+    assert 2 <= n_c <= 30
+    paper, code = L.mmce(x, y), L.mmce(x, y, normalization="code")
+    assert 0 < code.item() < paper.item()
+    assert L.mmce(x, y, normalization="paper").item() == paper.item()
+    assert L.make("mmce").hparams["normalization"] == "paper"
+    with pytest.raises(ValueError, match="normalization"):
+        L.mmce(x, y, normalization="authors")
+    with pytest.raises(ValueError, match="normalization"):
+        L.make("mmce", normalization="Paper")
 
 
 def test_mmce_weighted_is_zero_when_one_group_is_empty():

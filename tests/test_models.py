@@ -9,7 +9,7 @@ from torch import nn
 
 from calib import models
 
-BIG = {"resnet50", "resnet110_bottleneck", "wrn26_10", "densenet121"}
+BIG = {"resnet50", "resnet110_bottleneck", "resnet50_tiny_imagenet", "wrn26_10", "densenet121"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -91,6 +91,36 @@ def test_wrn26_10_count_matches_zagoruyko_komodakis():
     n = models.count_parameters(built("wrn26_10"))
     assert abs(n / 1e6 - 36.5) < 0.05
     assert built("wrn26_10").classifier.in_features == 640
+
+
+def test_the_two_resnet110s_are_told_apart():
+    """He et al.'s CIFAR ResNet-110 (Table 6: 1.7M) vs the focal-loss code's bottleneck
+    "ResNet-110" behind Mukhoti et al. (2020)'s and Lin et al. (2024)'s ResNet-110 numbers.
+
+    Count for the bottleneck net, by hand: the CIFAR-form ResNet-50 has 23,520,842 parameters
+    (10 classes, checked above); ResNet-110 adds 20 bottleneck blocks to stage 3 (6 → 26), each
+    1×1 1024→256, 3×3 256→256, 1×1 256→1024 convolutions plus BatchNorms of 256, 256, 1024:
+    262,144 + 589,824 + 262,144 + 2·(256 + 256 + 1024) = 1,117,184 per block, so
+    23,520,842 + 20 · 1,117,184 = 45,864,522 ≈ 45.9M.
+    """
+    assert models.count_parameters(built("resnet110_bottleneck")) == 23_520_842 + 20 * 1_117_184 == 45_864_522
+    assert round(models.count_parameters(built("resnet110")) / 1e6, 1) == 1.7
+    assert "1.7M" in models.DESCRIPTIONS["resnet110"] and "45.9M" in models.DESCRIPTIONS["resnet110_bottleneck"]
+    assert "Mukhoti" in models.DESCRIPTIONS["resnet110_bottleneck"]
+    assert set(models.DESCRIPTIONS) == set(models.names())
+    assert "resnet110_bottleneck: " in models.describe()
+
+
+def test_tiny_imagenet_resnet50_head_pools_to_2x2():
+    """The focal-loss code's Tiny-ImageNet ResNet-50: the 8×8 map of a 64×64 input is pooled to
+    2×2 and the classifier sees 4 · 2048 = 8192 features; with 200 classes that is
+    23,520,842 − (2048·10 + 10) + (8192·200 + 200) = 25,138,952 parameters."""
+    m = models.make("resnet50_tiny_imagenet", 200).eval()
+    assert m.classifier.in_features == 8192
+    assert models.count_parameters(m) == 23_520_842 - (2048 * 10 + 10) + (8192 * 200 + 200) == 25_138_952
+    with torch.no_grad():
+        assert m(torch.randn(1, 3, 64, 64)).shape == (1, 200)
+        assert m.features(torch.randn(1, 3, 64, 64)).shape == (1, 8192)
 
 
 def test_option_b_shortcuts_add_projection_parameters():

@@ -159,7 +159,8 @@ def test_history_has_one_line_per_epoch(finished_run):
 def test_logits_file_loads_with_weights_only(finished_run):
     out, trainer, _ = finished_run
     record = torch.load(out / LOGITS_FILE, weights_only=True)
-    assert set(record) == {"val_logits", "val_labels", "test_logits", "test_labels"}
+    assert set(record) == {"val_logits", "val_labels", "test_logits", "test_labels", "selected_epoch"}
+    assert int(record["selected_epoch"]) == 3  # select="last" keeps the final epoch
     n_test, n_val = trainer.data.test_y.shape[0], trainer.data.val_y.shape[0]
     assert record["test_logits"].shape == (n_test, 10) and record["val_logits"].shape == (n_val, 10)
     assert record["test_logits"].dtype == torch.float32 and record["test_labels"].dtype == torch.int64

@@ -32,6 +32,7 @@ __all__ = [
     "true_posterior",
     "true_log_posterior",
     "gaussian_splits",
+    "gaussian_overlap_splits",
     "digits",
     "digits_splits",
 ]
@@ -187,6 +188,23 @@ def gaussian_splits(
         num_classes=train.num_classes, mean=(), std=(), name="gaussian", image=False,
         extra={"means": train.means, "train_eta": train.eta, "val_eta": val.eta, "test_eta": test.eta},
     )
+
+
+def gaussian_overlap_splits(seed: int = 0) -> "Splits":
+    """A small, overlapping mixture on which an over-parameterised net becomes over-confident.
+
+    :func:`gaussian_splits` with K = 5 classes in ``dim = 20`` dimensions, means uniform in
+    ``[-10, 10]^20`` and noise ``scale = 12``, so the classes overlap (even the Bayes
+    classifier errs on a sizeable fraction of points), and only 108 training points per
+    class (540 in all), 100 per class for validation and 200 per class for test. An MLP
+    with two hidden layers of 128 units fits the 540 points to zero training error and its
+    test predictions grow far more confident than they are accurate, the regime of
+    Mukhoti et al. (2020, §3) and Wang et al. (2021) at CPU scale. The true posterior is
+    in ``extra`` as for :func:`gaussian_splits`; the name in :func:`calib.data.load` is
+    ``"gaussian_overlap"``.
+    """
+    return gaussian_splits(seed=seed, n_train_per_class=108, n_val_per_class=100,
+                           n_test_per_class=200, num_classes=5, dim=20, scale=12.0)
 
 
 def _check_fraction(value: float, name: str) -> float:

@@ -23,7 +23,8 @@ tiny_imagenet   ``tiny-imagenet-200/wnids.txt``, ``train/<wnid>/images/*.JPEG``,
                 cached as ``calib_uint8.pt`` in the same folder; delete it to re-decode)
 ==============  ==========================================================================
 
-``digits`` and ``gaussian`` are the offline toy data of :mod:`calib.data.toy` (no files).
+``digits``, ``gaussian`` and ``gaussian_overlap`` are the offline toy data of
+:mod:`calib.data.toy` (no files).
 """
 from __future__ import annotations
 
@@ -333,9 +334,12 @@ _CLASSES = {"cifar10": 10, "cifar100": 100, "svhn": 10, "tiny_imagenet": 200}
 _VAL_SIZE = {"cifar10": 5000, "cifar100": 5000, "svhn": 5000, "tiny_imagenet": 10_000}
 
 
+_TOY_NAMES = ("digits", "gaussian", "gaussian_overlap")  # calib.data.toy: no files, fixed splits
+
+
 def datasets() -> list[str]:
     """Names :func:`load` accepts."""
-    return sorted([*_READERS, "digits", "gaussian"])
+    return sorted([*_READERS, *_TOY_NAMES])
 
 
 def load(
@@ -355,7 +359,7 @@ def load(
     multiple of the number of classes). Images stay ``uint8``; pass ``splits.mean`` and
     ``splits.std`` to :class:`calib.data.DeviceLoader` to normalise on the device.
 
-    ``digits`` and ``gaussian`` build the offline toy data of :mod:`calib.data.toy` with
+    ``digits``, ``gaussian`` and ``gaussian_overlap`` build the offline toy data of :mod:`calib.data.toy` with
     ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` is
     refused with ``ValueError`` rather than silently ignored).
 
@@ -371,7 +375,7 @@ def load(
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.lower().replace("-", "_")
-    if key in ("digits", "gaussian"):
+    if key in _TOY_NAMES:
         if val_size is not None:
             raise ValueError(f"val_size does not apply to {key!r}: its train/val/test split is fixed by "
                              "calib.data.toy; leave val_size=None (CLI: no --val-size)")
@@ -417,4 +421,6 @@ def _toy(key: str, seed: int) -> Splits:
 
     if key == "digits":
         return toy.digits_splits(seed=seed)
+    if key == "gaussian_overlap":
+        return toy.gaussian_overlap_splits(seed=seed)
     return toy.gaussian_splits(seed=seed)

@@ -1,0 +1,756 @@
+"""The sweep runner: losses x seeds (x datasets x models) -> run directories and tables.
+
+>>> from calib import sweep as sw                                    # doctest: +SKIP
+>>> res = sw.sweep("runs/ch11", losses=["ce", "focal:gamma=3", ("bsce_gra", {"gamma": 4, "norm": 2})],
+...                seeds=[0, 1, 2], data="digits", model="mlp", epochs=30)      # doctest: +SKIP
+>>> res.rows        # one dict per finished run: the columns of results.csv   # doctest: +SKIP
+>>> res.summary     # mean, std over seeds per (data, model, loss, loss_kwargs, settings) # doctest: +SKIP
+
+The same code runs ``python -m calib sweep``. A sweep directory holds::
+
+    sweep.json     the manifest: the grid and every cell's training configuration
+    runs/<cell>/   one ordinary calib run directory per cell (config.json, checkpoint.pt, ...)
+    results.csv    one row per finished run (:data:`RESULT_COLUMNS`), in grid order
+    summary.csv    mean and sample standard deviation over seeds (:data:`SUMMARY_KEYS` + metrics)
+    summary.md     the same as a Markdown table, "mean ± std", calibration errors in %
+
+Guarantees:
+
+* *Refusal.* The manifest is written before the first run. The same directory with other
+  arguments (another grid, another setting of any field that changes what is computed) is
+  refused with :class:`SweepError` before anything is written. Runtime settings (device,
+  progress, AMP, ...) may differ, so shards on different machines can share one sweep.
+* *Resumption.* A finished cell (``metrics.json`` present) is skipped; an interrupted one
+  continues from its last checkpoint (written atomically after every epoch, with RNG and
+  loader state). Every cell is built from the same in-process data and seeds, so a sweep
+  killed at any moment and re-run writes the same ``results.csv`` numbers as one that was
+  never interrupted (``seconds`` aside).
+* *Shards.* ``shard=(i, n)`` (CLI ``--shard i/n``, 1 <= i <= n) runs the cells whose index in
+  grid order is ``i - 1`` modulo ``n``. Every call rewrites ``results.csv`` atomically from all
+  finished cells of the grid; a final call without a shard (it also trains any cell left)
+  or with ``merge=True`` (it trains nothing) collects the whole table.
+* *Bad grids* (unknown data, model or loss, a keyword the loss does not take, an empty seed
+  list, a bad shard, a bad training setting) raise :class:`SweepError` before any training.
+
+Methods that are not just a loss: a loss item may carry training settings for its cells
+after ``@`` (``"ce@mixup_alpha=1"``, ``"ce@meta=l2_reg,meta_objective=dece"``, or the triple
+``("ce", {}, {"mixup_alpha": 1.0})``), so one grid can hold every row of a table such as
+Wang & Golebiowski (2024) Table 1 (mixup, meta-learned baselines). They fill the ``settings``
+column; any :class:`calib.train.TrainConfig` field other than the grid's own may be set.
+
+Seeds: ``seeds="paper"`` uses the seeds of the preset's paper (:data:`calib.presets.PAPER_SEEDS`;
+Lin et al. (2024): 1, 42, 71).
+"""
+from __future__ import annotations
+
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import re
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+__all__ = [
+    "SweepError",
+    "Cell",
+    "SweepResult",
+    "METRICS",
+    "RESULT_COLUMNS",
+    "SUMMARY_KEYS",
+    "MANIFEST_FILE",
+    "RESULTS_FILE",
+    "parse_loss",
+    "parse_method",
+    "parse_shard",
+    "format_loss_kwargs",
+    "grid_cells",
+    "sweep",
+    "plan",
+    "describe_plan",
+    "load_results",
+    "summarize",
+    "summary_markdown",
+]
+
+MANIFEST_FILE = "sweep.json"
+RESULTS_FILE = "results.csv"
+SUMMARY_CSV = "summary.csv"
+SUMMARY_MD = "summary.md"
+RUNS_DIR = "runs"
+MANIFEST_FORMAT = 1
+
+METRICS = ("accuracy", "nll", "brier", "ece", "adaece", "classwise_ece", "mce")
+SUMMARY_KEYS = ("data", "model", "loss", "loss_kwargs", "settings")
+RESULT_COLUMNS = (
+    "data", "model", "loss", "loss_kwargs", "settings", "seed",
+    *METRICS, *(f"{m}_ts" for m in METRICS),
+    "temperature", "ts_method", "temperature_nll", "temperature_grid", "ece_ts_nll", "ece_ts_grid",
+    "select", "selected_epoch", "epochs", "seconds",
+)
+# numeric columns averaged by summarize() (seed and the bookkeeping columns excluded)
+SUMMARY_METRICS = (*METRICS, *(f"{m}_ts" for m in METRICS), "temperature", "temperature_nll",
+                   "temperature_grid", "ece_ts_nll", "ece_ts_grid", "selected_epoch", "seconds")
+_PERCENT = {"accuracy", "ece", "adaece", "classwise_ece", "mce"}
+_GRID_FIELDS = ("data", "model", "loss", "loss_kwargs", "seed", "out")
+_DATA_CACHE: dict[tuple, Any] = {}
+
+
+class SweepError(ValueError):
+    """A sweep that cannot run: a bad grid, or a directory that belongs to another sweep."""
+
+
+# ----------------------------------------------------------------------------- the grid
+
+
+def _parse_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        return raw
+
+
+def _normal(value: Any) -> Any:
+    """Integral floats as ints, so ``gamma=3`` and ``{"gamma": 3.0}`` name the same cell."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        return int(value)
+    return value
+
+
+def _parse_items(text: str, spec: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in filter(None, (p.strip() for p in text.split(","))):
+        key, eq, raw = item.partition("=")
+        if not eq or not key.strip().isidentifier():
+            raise SweepError(f"loss {spec!r}: expected NAME[:key=value,...][@field=value,...], got item {item!r}")
+        out[key.strip()] = _parse_value(raw.strip())
+    return out
+
+
+def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
+    from .train import TrainConfig
+
+    known = set(TrainConfig.__dataclass_fields__) - set(_GRID_FIELDS)
+    if bad := sorted(set(settings) - known):
+        raise SweepError(f"loss {spec!r}: {', '.join(bad)} is not a training setting a cell may change "
+                         f"(TrainConfig fields other than {', '.join(_GRID_FIELDS)})")
+    return {str(k): _normal(v) for k, v in sorted(settings.items())}
+
+
+def parse_method(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """``"ce@mixup_alpha=1"`` -> ``("ce", {}, {"mixup_alpha": 1})``: a loss plus per-cell training settings.
+
+    Also ``(name, kwargs)`` and ``(name, kwargs, settings)``. The loss part is checked by
+    :func:`parse_loss`; the settings must be :class:`calib.train.TrainConfig` fields (their
+    values are checked when the cells' configurations are built).
+    """
+    if isinstance(spec, str):
+        loss_part, _, settings_part = spec.partition("@")
+        name, kwargs = parse_loss(loss_part)
+        return name, kwargs, _check_settings(_parse_items(settings_part, spec), spec)
+    if isinstance(spec, (tuple, list)) and len(spec) == 3 and isinstance(spec[2], Mapping):
+        name, kwargs = parse_loss((spec[0], spec[1]))
+        return name, kwargs, _check_settings(dict(spec[2]), spec)
+    name, kwargs = parse_loss(spec)
+    return name, kwargs, {}
+
+
+def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``"focal:gamma=3"`` -> ``("focal", {"gamma": 3})``; also ``"ce"`` and ``("focal", {"gamma": 3})``.
+
+    Values are read as JSON where they parse (numbers, true/false), else kept as strings.
+    The name must be in ``calib.losses.names()`` and the keywords must be ones that loss
+    takes, with valid values (the loss is built once to check): otherwise :class:`SweepError`.
+    """
+    from . import losses
+
+    if isinstance(spec, str):
+        if "@" in spec:
+            raise SweepError(f"loss {spec!r} carries training settings after '@': read it with parse_method")
+        name, _, rest = spec.partition(":")
+        kwargs: dict[str, Any] = _parse_items(rest, spec)
+    elif isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[1], Mapping):
+        name, kwargs = spec[0], dict(spec[1])
+    else:
+        raise SweepError(f"loss must be 'NAME', 'NAME:key=value,...' or (NAME, {{kwargs}}), got {spec!r}")
+    if not isinstance(name, str) or not name.strip():
+        raise SweepError(f"loss {spec!r}: the name must be a non-empty string")
+    name = name.strip()
+    if name not in losses.names():
+        raise SweepError(f"loss {name!r} is not a loss; choose one of {', '.join(losses.names())}")
+    kwargs = {str(k): _normal(v) for k, v in sorted(kwargs.items())}
+    try:
+        losses.make(name, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"loss {spec!r}: {exc}") from None
+    return name, kwargs
+
+
+def format_loss_kwargs(kwargs: Mapping[str, Any]) -> str:
+    """``{"gamma": 4, "norm": 2}`` -> ``"gamma=4,norm=2"`` (the CLI syntax; ``""`` for none)."""
+    return ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(kwargs.items()))
+
+
+def parse_shard(shard: str | Sequence[int] | None) -> tuple[int, int] | None:
+    """``"2/4"`` or ``(2, 4)`` -> ``(2, 4)``: shard ``i`` of ``n``, 1 <= i <= n."""
+    if shard is None:
+        return None
+    try:
+        if isinstance(shard, str):
+            i_text, slash, n_text = shard.partition("/")
+            if not slash:
+                raise ValueError
+            i, n = int(i_text), int(n_text)
+        else:
+            i, n = (int(v) for v in shard)
+    except (TypeError, ValueError):
+        raise SweepError(f"shard must be I/N with integers 1 <= I <= N, got {shard!r}") from None
+    if not 1 <= i <= n:
+        raise SweepError(f"shard must be I/N with 1 <= I <= N, got {i}/{n}")
+    return i, n
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=,+@-]", "_", text)
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid."""
+
+    data: str
+    model: str
+    loss: str
+    loss_kwargs: tuple[tuple[str, Any], ...]
+    seed: int
+    settings: tuple[tuple[str, Any], ...] = ()
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return dict(self.loss_kwargs)
+
+    @property
+    def method(self) -> tuple:
+        """What the summary groups by: (data, model, loss, loss_kwargs, settings) as text."""
+        return (self.data, self.model, self.loss, format_loss_kwargs(self.kwargs),
+                format_loss_kwargs(dict(self.settings)))
+
+    @property
+    def name(self) -> str:
+        """Directory name under ``runs/``, e.g. ``digits__mlp__focal-gamma=3__s0``, ``..__ce@mixup_alpha=1__s0``."""
+        kw = format_loss_kwargs(self.kwargs)
+        loss = f"{self.loss}-{kw}" if kw else self.loss
+        if self.settings:
+            loss += "@" + format_loss_kwargs(dict(self.settings))
+        return _slug(f"{self.data}__{self.model}__{loss}__s{self.seed}")
+
+
+def _as_list(value: str | Iterable[str], what: str) -> list[str]:
+    items = [value] if isinstance(value, str) else list(value)
+    items = [v.strip() for item in items for v in str(item).split(",") if v.strip()]
+    if not items:
+        raise SweepError(f"{what} must name at least one {what}")
+    return list(dict.fromkeys(items))
+
+
+def _seeds(seeds: Any, preset: str | None) -> list[int]:
+    from .presets import PAPER_SEEDS
+
+    if isinstance(seeds, str) and seeds.strip() == "paper":
+        if preset not in PAPER_SEEDS:
+            raise SweepError(f"seeds='paper' needs a preset whose paper states its seeds: one of "
+                             f"{sorted(PAPER_SEEDS)}, got preset {preset!r}")
+        return list(PAPER_SEEDS[preset])
+    if isinstance(seeds, str):
+        seeds = [s for s in seeds.split(",") if s.strip()]
+    elif isinstance(seeds, int):
+        seeds = [seeds]
+    try:
+        out = [int(s) for s in seeds]
+    except (TypeError, ValueError):
+        raise SweepError(f"seeds must be integers >= 0 such as 0,1,2, got {seeds!r}") from None
+    if not out:
+        raise SweepError("seeds is empty: give at least one seed, e.g. seeds=[0, 1, 2] (CLI: --seeds 0,1,2)")
+    if any(s < 0 for s in out) or any(isinstance(s, bool) for s in seeds):
+        raise SweepError(f"seeds must be integers >= 0, got {seeds!r}")
+    if len(set(out)) != len(out):
+        raise SweepError(f"seeds must not repeat, got {out}")
+    return out
+
+
+def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
+               model: str | Iterable[str] = "mlp", preset: str | None = None) -> list[Cell]:
+    """The cells of the grid in its fixed order: data, then model, then loss, then seed."""
+    from . import data as cdata
+    from . import models
+
+    if isinstance(losses, str) or (isinstance(losses, tuple) and len(losses) == 2
+                                   and isinstance(losses[1], Mapping)):
+        losses = [losses]  # one loss given bare
+    parsed = [parse_method(s) for s in losses]
+    if not parsed:
+        raise SweepError("losses is empty: give at least one loss (CLI: --loss NAME[:key=value,...])")
+    keys = [(n, format_loss_kwargs(k), format_loss_kwargs(t)) for n, k, t in parsed]
+    if dup := [f"{n}:{k}@{t}" for n, k, t in keys if keys.count((n, k, t)) > 1]:
+        raise SweepError(f"loss listed twice: {dup[0]}")
+    datas, model_names = _as_list(data, "data"), _as_list(model, "model")
+    if bad := [d for d in datas if d not in cdata.datasets()]:
+        raise SweepError(f"data {bad[0]!r} is not a dataset; choose one of {', '.join(cdata.datasets())}")
+    if bad := [m for m in model_names if m not in models.names()]:
+        raise SweepError(f"model {bad[0]!r} is not a model; choose one of {', '.join(models.names())}")
+    seed_list = _seeds(seeds, preset)
+    return [Cell(d, m, n, tuple(sorted(k.items())), s, tuple(sorted(t.items())))
+            for d in datas for m in model_names for n, k, t in parsed for s in seed_list]
+
+
+# ----------------------------------------------------------------------------- configs and manifest
+
+
+def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
+                 overrides: Mapping[str, Any]) -> Any:
+    from .presets import DEFAULT_PRESET
+    from .train import _TOY_DATA, TrainConfig
+
+    kw = dict(overrides)
+    kw.update(dict(cell.settings))
+    kw.update(data=cell.data, model=cell.model, loss=cell.loss, loss_kwargs=cell.kwargs, seed=cell.seed,
+              out=str(out / RUNS_DIR / cell.name))
+    kw.setdefault("progress", False)
+    if cell.data in _TOY_DATA:  # seconds-long runs: skip the fsyncs (writes stay atomic, so kills are safe)
+        kw.setdefault("fsync", False)  # and checkpoint every 5 epochs (a resume replays at most 4)
+        kw.setdefault("checkpoint_every", 5)
+    return TrainConfig.from_preset(preset or DEFAULT_PRESET.get(cell.data, "cifar"), profile, **kw)
+
+
+def _check_overrides(overrides: Mapping[str, Any]) -> None:
+    from .train import TrainConfig
+
+    known = {f for f in TrainConfig.__dataclass_fields__}
+    if bad := sorted(set(overrides) - known):
+        raise SweepError(f"unknown training setting(s) {', '.join(bad)}; any TrainConfig field is accepted "
+                         f"except {', '.join(_GRID_FIELDS)}")
+    if fixed := sorted(set(overrides) & set(_GRID_FIELDS)):
+        raise SweepError(f"{', '.join(fixed)} are set by the sweep itself (losses=, seeds=, data=, model=, "
+                         "out as the first argument), not as training settings")
+
+
+def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
+    """The grid (for people) and every cell's config identity (what the refusal compares)."""
+    def methods() -> list[str]:
+        out = []
+        for c in cells:
+            _, _, loss, kw, settings = c.method
+            text = loss + (f":{kw}" if kw else "") + (f"@{settings}" if settings else "")
+            out.append(text)
+        return list(dict.fromkeys(out))
+
+    grid = {"data": list(dict.fromkeys(c.data for c in cells)), "model": list(dict.fromkeys(c.model for c in cells)),
+            "losses": methods(), "seeds": list(dict.fromkeys(c.seed for c in cells))}
+    runs = {cell.name: cfg.identity() for cell, cfg in zip(cells, configs)}
+    return {"format": MANIFEST_FORMAT, "grid": grid, "cells": [c.name for c in cells], "runs": runs}
+
+
+def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
+    if old.get("format") != new["format"]:
+        return f"manifest format {old.get('format')!r} vs {new['format']}"
+    if old.get("cells") != new["cells"]:
+        gone = [c for c in old.get("cells", []) if c not in new["cells"]]
+        added = [c for c in new["cells"] if c not in old.get("cells", [])]
+        parts = [f"cells not in this call: {', '.join(gone[:3])}" if gone else "",
+                 f"new cells: {', '.join(added[:3])}" if added else "",
+                 "the same cells in another order" if not gone and not added else ""]
+        return "; ".join(p for p in parts if p)
+    for name in new["cells"]:
+        a, b = old["runs"].get(name, {}), new["runs"][name]
+        if diff := sorted(k for k in set(a) | set(b) if a.get(k) != b.get(k)):
+            k = diff[0]
+            return f"{name}: {k} was {a.get(k)!r}, now {b.get(k)!r}"
+    return None
+
+
+def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
+    """Refuse (read-only) a directory that holds another sweep or something else."""
+    path = out / MANIFEST_FILE
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SweepError(f"{path} is unreadable ({exc}); not touching {out}") from None
+        if diff := _manifest_diff(old, manifest):
+            raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
+                             "arguments to resume it")
+    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+        raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
+                         "directory; choose another one")
+
+
+def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
+    """Write the manifest, or check the one there; refuse a foreign directory before touching it."""
+    path = out / MANIFEST_FILE
+    if path.exists():
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise SweepError(f"{path} is unreadable ({exc}); not touching {out}") from None
+        if diff := _manifest_diff(old, manifest):
+            raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
+                             "arguments to resume it")
+        return
+    if out.exists() and any(out.iterdir()):
+        raise SweepError(f"{out} exists, is not empty and holds no {MANIFEST_FILE}: not a sweep directory; "
+                         "choose another one")
+    out.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
+    tmp = out / f".{MANIFEST_FILE}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    try:
+        os.link(tmp, path)  # atomic create: two shards starting at once cannot both write it
+    except FileExistsError:
+        tmp.unlink()
+        _claim_directory(out, manifest)
+        return
+    except OSError:  # file systems without hard links
+        os.replace(tmp, path)
+    else:
+        tmp.unlink()
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _data_for(cfg: Any) -> Any:
+    """``calib.data.load`` once per process for each (data, root, split) triple."""
+    from . import data as cdata
+
+    key = (cfg.data, cfg.data_root, cfg.split_seed, cfg.val_size, cfg.download)
+    if key not in _DATA_CACHE:
+        kw = {"val_size": cfg.val_size} if cfg.val_size is not None else {}
+        if len(_DATA_CACHE) >= 4:
+            _DATA_CACHE.pop(next(iter(_DATA_CACHE)))
+        _DATA_CACHE[key] = cdata.load(cfg.data, cfg.data_root, split_seed=cfg.split_seed,
+                                      download=cfg.download, **kw)
+    return _DATA_CACHE[key]
+
+
+def _finished(run_dir: Path) -> bool:
+    from .train import METRICS_FILE
+
+    return (run_dir / METRICS_FILE).is_file()
+
+
+def _trainer_class(cfg: Any) -> type:
+    from .train import Trainer
+
+    if cfg.meta == "none":
+        return Trainer
+    try:
+        from .meta import MetaTrainer
+    except ImportError as exc:
+        raise SweepError(f"meta={cfg.meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
+    return MetaTrainer
+
+
+def _run_cell(cfg: Any) -> None:
+    _trainer_class(cfg)(cfg, data=_data_for(cfg)).fit(resume=True)
+
+
+def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int]) -> None:
+    """Build (without training) one trainer per (data, model, loss) still to run.
+
+    This loads each dataset (missing files fail here), builds each model on its data (a
+    convolutional net on feature vectors fails here) and each loss, so a bad grid stops
+    before its first run instead of after some of them.
+    """
+    seen: set[tuple] = set()
+    for i in mine:
+        cell, cfg = cells[i], configs[i]
+        key = cell.method
+        if key in seen or _finished(Path(cfg.out)):
+            continue
+        seen.add(key)
+        try:
+            _trainer_class(cfg)(cfg, data=_data_for(cfg))
+        except (TypeError, ValueError, FileNotFoundError) as exc:
+            raise SweepError(f"cell {cell.name}: {exc}") from None
+
+
+def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
+    from .train import METRICS_FILE, load_config, load_history
+
+    m = json.loads((run_dir / METRICS_FILE).read_text())
+    cfg = load_config(run_dir)
+    history = load_history(run_dir)
+    row: dict[str, Any] = {"data": cell.data, "model": cell.model, "loss": cell.loss,
+                           "loss_kwargs": format_loss_kwargs(cell.kwargs),
+                           "settings": format_loss_kwargs(dict(cell.settings)), "seed": cell.seed}
+    row.update({k: m["pre_ts"][k] for k in METRICS})
+    row.update({f"{k}_ts": m["post_ts"][k] for k in METRICS})
+    ts = m.get("ts", {})
+    row.update(temperature=m["temperature"], ts_method=m.get("ts_method", cfg.ts_method),
+               temperature_nll=ts.get("nll", {}).get("temperature"),
+               temperature_grid=ts.get("grid", {}).get("temperature"),
+               ece_ts_nll=ts.get("nll", {}).get("post_ts", {}).get("ece"),
+               ece_ts_grid=ts.get("grid", {}).get("post_ts", {}).get("ece"),
+               select=cfg.select, selected_epoch=m.get("selected_epoch", len(history)), epochs=cfg.epochs,
+               seconds=sum(float(h.get("seconds", 0.0)) for h in history))
+    return row
+
+
+@dataclass
+class SweepResult:
+    """What :func:`sweep` returns: the finished rows, their summary and where they live."""
+
+    out: Path
+    rows: list[dict[str, Any]]
+    summary: list[dict[str, Any]]
+    missing: list[str] = field(default_factory=list)
+    trained: list[str] = field(default_factory=list)
+
+    def run_dir(self, loss: str | Sequence[Any], seed: int, data: str | None = None,
+                model: str | None = None) -> Path:
+        """The run directory of one cell, e.g. ``res.run_dir("focal:gamma=3", 0)``.
+
+        ``data`` and ``model`` may be left out when the sweep had one of each.
+        """
+        name, kwargs, settings = parse_method(loss)
+        datas = list(dict.fromkeys(r["data"] for r in self.rows)) if data is None else [data]
+        models = list(dict.fromkeys(r["model"] for r in self.rows)) if model is None else [model]
+        if len(datas) != 1 or len(models) != 1:
+            raise ValueError(f"this sweep has data {datas} and models {models}: pass data= and model=")
+        cell = Cell(datas[0], models[0], name, tuple(sorted(kwargs.items())), int(seed),
+                    tuple(sorted(settings.items())))
+        return self.out / RUNS_DIR / cell.name
+
+    def to_frame(self, which: str = "rows") -> Any:
+        """``rows`` or ``summary`` as a pandas DataFrame (pandas is imported only here)."""
+        import pandas as pd
+
+        if which not in ("rows", "summary"):
+            raise ValueError(f"which must be 'rows' or 'summary', got {which!r}")
+        return pd.DataFrame(self.rows if which == "rows" else self.summary)
+
+
+def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], status: str) -> str:
+    kw = format_loss_kwargs(cell.kwargs)
+    loss = f"{cell.loss}:{kw}" if kw else cell.loss
+    if cell.settings:
+        loss += "@" + format_loss_kwargs(dict(cell.settings))
+    return (f"[{i}/{total}] {cell.data} {cell.model} {loss} seed {cell.seed}: acc {100 * row['accuracy']:.2f}% "
+            f"ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% (T {row['temperature']:.2f}) "
+            f"{status}")
+
+
+def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
+         model: str | Iterable[str] = "mlp", *, preset: str | None = None, profile: str | None = None,
+         **train_overrides: Any) -> list[tuple[Cell, Any]]:
+    """The cells of a sweep and their :class:`calib.train.TrainConfig`, without touching anything.
+
+    The arguments are those of :func:`sweep`; every check that needs no data runs here (names,
+    loss keywords, seeds, training settings), so ``plan`` tells whether a paper-scale command
+    is valid on a machine that cannot run it. ``python -m calib sweep ... --dry-run`` prints it.
+    """
+    out = Path(out)
+    _check_overrides(train_overrides)
+    if profile is not None:
+        from .profile import PROFILES
+
+        if profile not in PROFILES:
+            raise SweepError(f"profile must be one of {PROFILES}, got {profile!r}")
+    from .presets import PRESETS
+
+    if preset is not None and preset not in PRESETS:
+        raise SweepError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+    cells = grid_cells(losses, seeds, data, model, preset)
+    try:
+        return [(c, _cell_config(c, out, preset, profile, train_overrides)) for c in cells]
+    except (TypeError, ValueError) as exc:
+        raise SweepError(f"bad training setting: {exc}") from None
+
+
+def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
+    """A short text: how many runs and epochs, and the protocol of the cells (from their configs)."""
+    cfgs = [cfg for _, cfg in planned]
+    keys = ("profile", "preset", "epochs", "milestones", "lr", "batch_size", "weight_decay", "val_size",
+            "select", "ts_method", "ts_grid_step", "clip_grad")
+    lines = [f"{len(planned)} runs, {sum(c.epochs for c in cfgs)} epochs in all"]
+    for k in keys:
+        values = list(dict.fromkeys(json.dumps(getattr(c, k)) for c in cfgs))
+        lines.append(f"  {k}: {' | '.join(values)}")
+    lines.append("  runs: " + ", ".join(c.name for c, _ in planned[:4]) + (" ..." if len(planned) > 4 else ""))
+    return "\n".join(lines)
+
+
+def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
+          model: str | Iterable[str] = "mlp", *, shard: Any = None, merge: bool = False,
+          progress: bool = True, preset: str | None = None, profile: str | None = None,
+          **train_overrides: Any) -> SweepResult:
+    """Train every cell of losses x seeds x data x model under ``out`` and tabulate them.
+
+    ``losses``: ``"name"``, ``"name:key=value,..."`` or ``(name, {kwargs})`` items.
+    ``seeds``: integers, ``"0,1,2"``, or ``"paper"`` (the preset's paper seeds).
+    ``preset``/``profile``: as in :meth:`calib.train.TrainConfig.from_preset` (default preset:
+    ``cifar``, or ``tiny_imagenet`` for that dataset; paper presets such as ``lin2024`` also
+    set the temperature-scaling method, model selection and clipping of that paper).
+    ``train_overrides``: any other :class:`calib.train.TrainConfig` field (``epochs``, ``lr``,
+    ``select``, ``clip_grad``, ``ts_method``, ``model_kwargs``, ...), applied to every cell.
+    ``shard``: ``"i/n"`` or ``(i, n)`` to run every n-th cell only; ``merge=True`` trains
+    nothing and only collects. Returns a :class:`SweepResult` over every finished cell.
+
+    Raises :class:`SweepError` (a ``ValueError``) for a bad grid or a directory holding a
+    different sweep, before anything is trained or written.
+    """
+    out = Path(out)
+    shard_t = parse_shard(shard)
+    if shard_t is not None and merge:
+        raise SweepError("merge collects every shard: call it without shard")
+    planned = plan(out, losses, seeds, data, model, preset=preset, profile=profile, **train_overrides)
+    cells, configs = [c for c, _ in planned], [cfg for _, cfg in planned]
+    mine = [i for i in range(len(cells)) if shard_t is None or i % shard_t[1] == shard_t[0] - 1]
+    manifest = _manifest(cells, configs)
+    _check_directory(out, manifest)
+    if not merge:
+        _preflight(cells, configs, mine)
+    _claim_directory(out, manifest)
+    trained: list[str] = []
+    if not merge:
+        try:
+            trained = _run_cells(out, cells, configs, mine, progress)
+        except BaseException:  # interrupted (SIGTERM/SIGINT) or failed: still table what finished
+            with contextlib.suppress(Exception):
+                _collect(out, cells, [])
+            raise
+    return _collect(out, cells, trained)
+
+
+def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
+               progress: bool) -> list[str]:
+    from .train import _progress_enabled, _tqdm_class
+
+    show = progress and _progress_enabled(None)
+    tqdm = _tqdm_class(show)
+    trained: list[str] = []
+    with tqdm(total=len(mine), desc="sweep", unit="run", disable=not show, dynamic_ncols=True,
+              file=sys.stderr) as bar:
+        for k, i in enumerate(mine, start=1):
+            cell, cfg = cells[i], configs[i]
+            run_dir = Path(cfg.out)
+            status = "done before"
+            if not _finished(run_dir):
+                t0 = time.perf_counter()
+                _run_cell(cfg)
+                trained.append(cell.name)
+                status = f"{time.perf_counter() - t0:.1f} s"
+            if show:
+                bar.write(_progress_line(k, len(mine), cell, _row(cell, run_dir), status), file=sys.stderr)
+            bar.update(1)
+    return trained
+
+
+def _collect(out: Path, cells: Sequence[Cell], trained: list[str]) -> SweepResult:
+    rows, missing = [], []
+    for cell in cells:
+        run_dir = out / RUNS_DIR / cell.name
+        if _finished(run_dir):
+            rows.append(_row(cell, run_dir))
+        else:
+            missing.append(cell.name)
+    summary = summarize(rows)
+    _atomic_text(out / RESULTS_FILE, _csv_text(rows, RESULT_COLUMNS))
+    summary_cols = (*SUMMARY_KEYS, "n", *(f"{m}_{s}" for m in SUMMARY_METRICS for s in ("mean", "std")))
+    _atomic_text(out / SUMMARY_CSV, _csv_text(summary, summary_cols))
+    _atomic_text(out / SUMMARY_MD, summary_markdown(summary, missing=len(missing)))
+    return SweepResult(out=out, rows=rows, summary=summary, missing=missing, trained=trained)
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: "" if row.get(k) is None else (repr(row[k]) if isinstance(row[k], float) else row[k])
+                         for k in columns})
+    return buf.getvalue()
+
+
+def _from_csv(value: str, column: str) -> Any:
+    if column in ("data", "model", "loss", "loss_kwargs", "settings", "ts_method", "select"):
+        return value
+    if value == "":
+        return None
+    if column in ("seed", "selected_epoch", "epochs", "n"):
+        return int(value)
+    return float(value)
+
+
+def load_results(out: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of ``out/results.csv`` with numbers as numbers (floats exactly as written)."""
+    path = Path(out) / RESULTS_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: is {out} a sweep directory that has finished a run?")
+    with open(path, newline="") as fh:
+        return [{k: _from_csv(v, k) for k, v in row.items()} for row in csv.DictReader(fh)]
+
+
+def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Mean and sample standard deviation (n - 1; 0 for one run) per (data, model, loss, loss_kwargs, settings).
+
+    Groups keep the order in which they first appear. Each summary row holds the group keys,
+    ``n`` (runs) and ``<metric>_mean`` / ``<metric>_std`` for every metric of :data:`SUMMARY_METRICS`
+    the rows have.
+    """
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(tuple(row.get(k, "") for k in SUMMARY_KEYS), []).append(row)
+    out = []
+    for key, members in groups.items():
+        s: dict[str, Any] = dict(zip(SUMMARY_KEYS, key))
+        s["n"] = len(members)
+        for m in SUMMARY_METRICS:
+            vals = [float(r[m]) for r in members if r.get(m) is not None]
+            if not vals:
+                continue
+            s[f"{m}_mean"] = statistics.fmean(vals)
+            s[f"{m}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+        out.append(s)
+    return out
+
+
+_MD_COLUMNS = (("accuracy", "accuracy (%)"), ("nll", "NLL"), ("brier", "Brier"), ("ece", "ECE (%)"),
+               ("ece_ts", "ECE after TS (%)"), ("adaece", "AdaECE (%)"), ("classwise_ece", "classwise ECE (%)"),
+               ("mce", "MCE (%)"), ("temperature", "T"))
+
+
+def summary_markdown(summary: Sequence[Mapping[str, Any]], *, missing: int = 0) -> str:
+    """``summary`` as a Markdown table of "mean ± std" (accuracy and calibration errors in %)."""
+    head = ["data", "model", "loss", "n", *(label for _, label in _MD_COLUMNS)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for s in summary:
+        loss = f"{s['loss']} ({s['loss_kwargs']})" if s["loss_kwargs"] else s["loss"]
+        if s.get("settings"):
+            loss += f" @ {s['settings']}"
+        cells = [s["data"], s["model"], loss, str(s["n"])]
+        for key, _ in _MD_COLUMNS:
+            base = key[:-3] if key.endswith("_ts") else key
+            scale = 100.0 if base in _PERCENT else 1.0
+            if f"{key}_mean" not in s:
+                cells.append("")
+                continue
+            cells.append(f"{scale * s[f'{key}_mean']:.2f} ± {scale * s[f'{key}_std']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    note = f"\n{missing} run(s) of the grid not finished yet.\n" if missing else ""
+    return "\n".join(lines) + "\n" + note

@@ -1,0 +1,93 @@
+"""Checks for the logic chapters 9-11 rely on (the reproductions part of the book)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from calib import data as cdata
+
+
+def test_gaussian_overlap_is_a_named_offline_dataset() -> None:
+    assert "gaussian_overlap" in cdata.datasets()
+    s = cdata.load("gaussian_overlap", split_seed=3)
+    assert s.train_x.shape == (540, 20) and s.val_x.shape == (500, 20) and s.test_x.shape == (1000, 20)
+    assert s.num_classes == 5 and not s.image
+    assert torch.bincount(s.train_y, minlength=5).tolist() == [108] * 5
+    again = cdata.load("gaussian_overlap", split_seed=3)
+    assert torch.equal(s.train_x, again.train_x) and torch.equal(s.test_y, again.test_y)
+    other = cdata.load("gaussian_overlap", split_seed=4)
+    assert not torch.equal(s.train_x, other.train_x)
+
+
+def test_gaussian_overlap_classes_overlap() -> None:
+    """The Bayes classifier errs on a sizeable share of test points (that is the point of it)."""
+    s = cdata.load("gaussian_overlap")
+    bayes_error = float((s.extra["test_eta"].argmax(1) != s.test_y).double().mean())
+    assert 0.05 < bayes_error < 0.5
+
+
+def test_gaussian_overlap_refuses_val_size() -> None:
+    with pytest.raises(ValueError, match="val_size"):
+        cdata.load("gaussian_overlap", val_size=10)
+
+
+# ------------------------------------------------------------------- calib.plots.repro
+def test_epoch_band_curves_draws_mean_and_band() -> None:
+    from calib import plots
+
+    a = np.array([[3.0, 2.0, 1.0], [5.0, 4.0, 3.0]])
+    fig = plots.epoch_band_curves({"CE": a, "LS": a + 1}, ylabel="ECE (%)", milestones=(2,))
+    ax = fig.axes[0]
+    assert np.allclose(ax.lines[0].get_ydata(), [4.0, 3.0, 2.0])
+    assert fig.get_figwidth() <= 7
+    fig = plots.epoch_band_curves({"CE": a}, ylabel="ECE", epochs=[2, 4, 6])
+    assert np.allclose(fig.axes[0].lines[0].get_xdata(), [2, 4, 6])
+    with pytest.raises(ValueError, match="evaluations"):
+        plots.epoch_band_curves({"CE": a}, ylabel="ECE", epochs=[2, 4])
+    with pytest.raises(ValueError, match="NaN"):
+        plots.epoch_band_curves({"CE": [[1.0, np.nan]]}, ylabel="x")
+    with pytest.raises(ValueError, match="empty"):
+        plots.epoch_band_curves({}, ylabel="x")
+
+
+def test_coefficient_curves_one_panel_per_loss() -> None:
+    from calib import plots
+
+    panels = {"label smoothing": {"before TS": ([0.01, 0.05], [0.1, 0.05], [0.01, 0.01]),
+                                  "after TS": ([0.01, 0.05], [0.04, 0.04], [0.0, 0.01])},
+              "focal": {"before TS": ([1, 3], [0.2, 0.1], [0.0, 0.0])}}
+    fig = plots.coefficient_curves(panels, ylabel="ECE", logx=("focal",))
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(visible) == 2 and visible[1].get_xscale() == "log"
+    with pytest.raises(ValueError, match="one length"):
+        plots.coefficient_curves({"x": {"a": ([1, 2], [1], [1])}}, ylabel="y")
+
+
+def test_grouped_histograms_counts_every_value() -> None:
+    from calib import plots
+
+    v = np.arange(10.0)
+    g = np.array([0, 1] * 5)
+    fig = plots.grouped_histograms({"CE": (v, g)}, group_labels=["early", "late"], xlabel="max logit", bins=5)
+    heights = sum(p.get_height() for p in fig.axes[0].patches)
+    assert heights == pytest.approx(10)  # every value counted once, in its own group
+    with pytest.raises(ValueError, match="groups"):
+        plots.grouped_histograms({"CE": (v, g + 5)}, group_labels=["a", "b"], xlabel="x")
+
+
+def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:
+    """The quick setting of chapters 9-11: CE fits the 540 points and its test confidence
+    runs far ahead of its accuracy (the regime the chapters' comparisons need)."""
+    from calib.train import TrainConfig, train
+
+    torch.set_num_threads(1)
+    cfg = TrainConfig(data="gaussian_overlap", model="mlp", model_kwargs={"hidden": [128, 128]},
+                      epochs=40, milestones=(17, 28), batch_size=64, lr=0.05, weight_decay=0.0,
+                      clip_grad=2.0, seed=0, progress=False)
+    trainer = train(cfg)
+    logits, labels = trainer.predict("test")
+    conf = torch.softmax(logits.double(), 1).max(1).values
+    acc = float((logits.argmax(1) == labels).double().mean())
+    assert trainer.history[-1]["train_acc"] > 0.99
+    assert float(conf.mean()) - acc > 0.10
