@@ -60,7 +60,7 @@ from torch import Tensor, nn
 from . import profile as _profile
 from . import runtime as _runtime
 from .data.splits import smoke_subset
-from ._checks import check_labels, check_logits, check_nonnegative, check_positive_int
+from ._checks import check_labels, check_nonnegative, check_positive_int
 from .records import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
