@@ -384,7 +384,13 @@ def test_cli_sigkill_then_rerun_gives_the_uninterrupted_results(tmp_path):
     epochs = 6
     out = tmp_path / "killed"
     # the uninterrupted reference runs in process, so this also checks CLI == Python API
-    ref = sw.sweep(tmp_path / "ref", LOSSES, [0, 1], progress=False, **{**TINY, "epochs": epochs})
+    # the CLI below runs on one thread: so does the reference (summation order is part of the result)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ref = sw.sweep(tmp_path / "ref", LOSSES, [0, 1], progress=False, **{**TINY, "epochs": epochs})
+    finally:
+        torch.set_num_threads(threads)
 
     stops = []
     for target, sig in (("digits__mlp__ce__s1", signal.SIGTERM), ("digits__mlp__focal-gamma=3__s0", signal.SIGKILL)):
