@@ -1,18 +1,18 @@
 """Small, self-contained experiments from the papers that chapters call in one line.
 
-``toy_weight_correlation``: 000 §4.3. Five two-dimensional Gaussians with known class
+``toy_weight_correlation``: Lin et al. 2024, §4.3. Five two-dimensional Gaussians with known class
 posterior η(x); a small network trained for 5 epochs with cross-entropy; for each test
-point the *true* calibration error c(x) = ‖η(x) − p̂(x)‖ (000 Eq. 1) and the Pearson
-correlation between c and each sample-wise weight u_FL, u_DFL, u_gBS (000 Eqs. 7, 8, 11),
+point the *true* calibration error c(x) = ‖η(x) − p̂(x)‖ (Lin et al. 2024, Eq. 1) and the Pearson
+correlation between c and each sample-wise weight u_FL, u_DFL, u_gBS (Lin et al. 2024, Eqs. 7, 8, 11),
 each weight's hyper-parameters grid-searched as the paper does. The paper reports
 r = 0.550 (FL), 0.638 (DFL) and 0.664 (gBS), over 5 runs.
 
-What 000 §4.3 leaves open and we chose (documented so the numbers can be judged):
+What Lin et al. (2024), §4.3, leave open and we chose (documented so the numbers can be judged):
 
 * *True calibration error.* Eq. 1 writes ``c(x) = ‖η(x) − p̂_c(x)‖`` and calls it "the
   difference between η(x) and p̂(x)"; the norm of the vector difference is the reading that
   type-checks, so the default ``error="l2"`` is ``‖η(x) − p̂(x)‖₂``. ``"sq"`` is its square
-  (the quantity in 000 Eq. 12) and ``"top"`` is ``|η_ŷ(x) − p̂_ŷ(x)|`` on the predicted class.
+  (the quantity in Lin et al. 2024, Eq. 12) and ``"top"`` is ``|η_ŷ(x) − p̂_ŷ(x)|`` on the predicted class.
 * *Labels in the weights.* u depends on the one-hot label y; we use each test point's
   sampled class, as in training.
 * *Network and optimiser.* "a two layer CNN" on 2-D points: we use an MLP with two linear
@@ -47,7 +47,7 @@ __all__ = [
     "toy_weight_correlation",
 ]
 
-PAPER_TOY_CORRELATION = {"FL": 0.550, "DFL": 0.638, "gBS": 0.664}  # 000 §4.3
+PAPER_TOY_CORRELATION = {"FL": 0.550, "DFL": 0.638, "gBS": 0.664}  # Lin et al. 2024, §4.3
 DEFAULT_GRID: dict[str, dict[str, tuple[float, ...]]] = {
     "FL": {"gamma": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)},
     "DFL": {"gamma": (0.25, 0.5, 1.0, 2.0, 3.0, 4.0, 5.0)},
@@ -57,9 +57,9 @@ ERRORS = ("l2", "sq", "top")
 
 
 def true_calibration_error(probs: Any, eta: Any, error: str = "l2") -> Tensor:
-    """Per-sample calibration error against the true posterior (000 Eq. 1).
+    """Per-sample calibration error against the true posterior (Lin et al. 2024, Eq. 1).
 
-    ``"l2"``: ``‖η(x) − p̂(x)‖₂``; ``"sq"``: ``‖η(x) − p̂(x)‖₂²`` (000 Eq. 12);
+    ``"l2"``: ``‖η(x) − p̂(x)‖₂``; ``"sq"``: ``‖η(x) − p̂(x)‖₂²`` (Lin et al. 2024, Eq. 12);
     ``"top"``: ``|η_ŷ(x) − p̂_ŷ(x)|`` with ŷ = argmax p̂.
     """
     p = check_probs(probs, "probs").double()
@@ -128,7 +128,7 @@ def _check_grid(grid: dict[str, dict[str, Sequence[float]]] | None) -> dict[str,
 def train_toy_classifier(x: Tensor, y: Tensor, num_classes: int, *, hidden: int = 64, epochs: int = 5,
                          batch_size: int = 128, lr: float = 1e-3, seed: int = 0,
                          device: torch.device | str | None = None) -> torch.nn.Module:
-    """A two-linear-layer ReLU MLP trained with cross-entropy and Adam (000 §4.3; our optimiser)."""
+    """A two-linear-layer ReLU MLP trained with cross-entropy and Adam (Lin et al. 2024, §4.3; our optimiser)."""
     from . import models
     from .data import DeviceLoader
     from .profile import device as default_device
@@ -165,7 +165,7 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
                            n_test_per_class: int = 1000, hidden: int = 64,
                            grid: dict[str, dict[str, Sequence[float]]] | None = None,
                            device: torch.device | str | None = None, error: str = "l2") -> dict[str, dict[str, Any]]:
-    """000 §4.3: Pearson r between each uncertainty weight and the true calibration error.
+    """Lin et al. 2024, §4.3: Pearson r between each uncertainty weight and the true calibration error.
 
     Per seed: draw the 5-Gaussian mixture (means uniform in [−10, 10]², Σ = I), train the
     two-layer MLP with CE for ``epochs`` epochs on ``n_train_per_class`` points per class, and
@@ -176,7 +176,7 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
         {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"}, "DFL": ..., "gBS": ...}
 
     ``grid`` lists mean r for every grid point; ``accuracy`` the test accuracy per seed.
-    Paper (000 §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).
+    Paper (Lin et al. 2024, §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).
     """
     seeds = [check_positive_int(s, "seeds", minimum=0) for s in seeds]
     if not seeds:
