@@ -18,15 +18,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
 from .._checks import ArrayLike, as_tensor, check_positive_int, check_positive
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .vision import Splits
+from .splits import Splits
 
 __all__ = [
     "ToyData",
@@ -181,7 +178,6 @@ def gaussian_splits(
     ``seed + 1``, ``seed + 2``); ``extra`` holds ``means`` and each split's true posterior
     (``train_eta``, ``val_eta``, ``test_eta``).
     """
-    from .vision import Splits
 
     train = gaussian_mixture(n_train_per_class, num_classes, dim, scale=scale, seed=seed)
     val = train.sample(n_val_per_class, seed=seed + 1)
@@ -210,7 +206,6 @@ def digits(seed: int = 0, val_fraction: float = 0.2, test_fraction: float = 0.2)
     """
     from sklearn.datasets import load_digits
 
-    from .vision import Splits
 
     val_fraction = _check_fraction(val_fraction, "val_fraction")
     test_fraction = _check_fraction(test_fraction, "test_fraction")
