@@ -19,7 +19,8 @@ wrn26_10                    WideResNet-26-10 (Zagoruyko & Komodakis 2016) in    
                             160/320/640
 densenet121                 DenseNet-BC-121 (Huang et al. 2017) in CIFAR form:    6.96M
                             3×3 stem with 64 channels, growth 32
-small_cnn                   three 3×3 conv blocks + global pooling (quick profile)
+small_cnn                   three 3×3 conv blocks + global pooling
+                            (quick profile)
 mlp                         fully connected ReLU network (toy data, 000 §4.3)
 ==========================  ====================================================  ==========
 

@@ -40,7 +40,7 @@ import torch
 from .._checks import check_positive_int
 from .splits import Splits
 
-__all__ = ["Splits", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
+__all__ = ["load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
 
 Tensor = torch.Tensor
 

@@ -1,8 +1,8 @@
 """Figures for meta-regularisation (Wang & Golebiowski 2024): the per-sample gamma a gamma-Net learns.
 
-``gamma_over_epochs``  mean and standard deviation of gamma per epoch, one colour per
-                        method, seeds as thin lines (Wang & Golebiowski 2024, Fig. 3c-d)
-``gamma_scatter``      each sample's gamma against its confidence, correct vs wrong
+* ``gamma_over_epochs``: mean and standard deviation of gamma per epoch, one colour per
+  method, seeds as thin lines (Wang & Golebiowski 2024, Fig. 3c-d).
+* ``gamma_scatter``: each sample's gamma against its confidence, correct vs wrong.
 
 Both return a :class:`matplotlib.figure.Figure` built without pyplot (safe under Agg,
 nothing accumulates in pyplot's figure manager); a notebook shows it when it is the
