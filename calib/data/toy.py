@@ -206,7 +206,6 @@ def digits(seed: int = 0, val_fraction: float = 0.2, test_fraction: float = 0.2)
     """
     from sklearn.datasets import load_digits
 
-
     val_fraction = _check_fraction(val_fraction, "val_fraction")
     test_fraction = _check_fraction(test_fraction, "test_fraction")
     if val_fraction + test_fraction >= 1:
