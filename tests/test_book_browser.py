@@ -72,17 +72,15 @@ window.addEventListener("load", () => setTimeout(() => {
             figure: !!fig, caption: !!(fig && fig.querySelector("figcaption") &&
               fig.querySelector("figcaption").textContent.trim().length > 0)};
   });
-  const blocks = [...article.querySelectorAll(
-      "div.cell_input pre, div.cell_output pre, div.highlight pre, div.output pre, " +
-      "div.cell_output div.output, table")]
+  const blocks = [...article.querySelectorAll("pre, table, div.output, div.cell_output")]
     .filter(visible)
     .map((el) => {
-      const box = el.closest("div.highlight, div.output, div.cell_output, " +
-                             "div.pst-scrollable-table-container, div.table-wrapper") || el;
-      return {tag: el.tagName, text: el.textContent.slice(0, 80),
-              scroll: Math.max(el.scrollWidth, box.scrollWidth),
-              client: Math.min(el.clientWidth || box.clientWidth, box.clientWidth),
-              right: el.getBoundingClientRect().right};
+      const r = el.getBoundingClientRect();
+      const ox = getComputedStyle(el).overflowX;
+      return {tag: el.tagName, text: el.textContent.trim().slice(0, 80),
+              scroll: el.scrollWidth, client: el.clientWidth, right: r.right,
+              scrolls: (ox === "auto" || ox === "scroll") &&
+                       el.scrollWidth > el.clientWidth + 2};
     });
   const out = document.createElement("pre");
   out.id = "calib-layout";
@@ -277,7 +275,9 @@ def test_page_layout_reads_at_1280px(server, source):
         if not (img["figure"] and img["caption"]):
             problems.append(f"image {src} has no numbered caption (use glue + {{glue:figure}})")
     for block in layout["blocks"]:
-        if block["scroll"] > block["client"] + 2:
+        if block["scrolls"]:
             problems.append(f"{block['tag'].lower()} scrolls sideways "
                             f"({block['scroll']} > {block['client']} px): {block['text']!r}")
+        elif block["right"] > col["right"] + 2:
+            problems.append(f"{block['tag'].lower()} sticks out of the column: {block['text']!r}")
     assert not problems, f"{name}:\n  " + "\n  ".join(problems)

@@ -78,9 +78,11 @@ def test_reliability_diagrams_fit_the_column_and_share_one_legend():
         plots.reliability_diagrams({"a": _preds()}, width=9)
 
 
-def test_gap_is_opaque_so_its_colour_matches_the_legend():
+def test_gap_is_unfilled_hatching_so_its_colour_matches_the_legend():
     fig = plots.reliability_diagram(*_preds())
     gap = fig.axes[0].containers[1]
+    # no translucent fill that mixes with the blue bar, no opaque fill that hides it
+    assert all(bar.get_facecolor()[3] == 0 and bar.get_hatch() for bar in gap)
     assert all(bar.get_alpha() in (None, 1.0) for bar in gap)
 
 

@@ -25,11 +25,13 @@ from .palette import series_color
 __all__ = ["reliability_diagram", "reliability_diagrams", "plot_bin_stats", "confidence_histogram", "ece_vs_bins"]
 
 _BAR = "#4878a8"
-# The gap is drawn opaque (light face, dark hatch and edge): a translucent red over the
-# blue accuracy bar turned purple where the model is under-confident, a colour the legend
-# never showed. The histogram marks the mean confidence in the same dark red.
+# The gap is drawn as red hatching with no fill: a translucent red fill over the blue
+# accuracy bar turned purple where the model is under-confident, a colour the legend never
+# showed, and an opaque fill would hide the top of the bar. Hatching reads the same over
+# white (over-confident bins) and over blue (under-confident bins), as in the legend. The
+# histogram marks the mean confidence in the same red.
 _GAP = "#c0392b"
-_GAP_FACE = "#f5c6c0"
+_GAP_FACE = "none"
 _FONT = 9  # the smallest font of any figure in the book (points)
 
 
@@ -48,7 +50,7 @@ def _draw_bars(ax: Axes, stats: BinStats, legend: bool) -> None:
     ax.bar(lo, acc, width=width, align="edge", color=_BAR, edgecolor="white", linewidth=0.5, label="accuracy")
     ax.bar(
         lo[full], (conf - acc)[full], bottom=acc[full], width=width[full], align="edge",
-        color=_GAP_FACE, edgecolor=_GAP, hatch="//", linewidth=0.6, label="gap to confidence",
+        facecolor=_GAP_FACE, edgecolor=_GAP, hatch="///", linewidth=0.8, label="gap to confidence",
     )
     ax.plot([0, 1], [0, 1], "--", color="0.3", linewidth=1, label="perfect calibration")
     ax.set(xlim=(0, 1), ylim=(0, 1))
