@@ -173,7 +173,8 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
     ``true_calibration_error(p̂, η, error)`` at every grid point. The grid point with the
     highest mean r over seeds is reported::
 
-        {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"}, "DFL": ..., "gBS": ...}
+        {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"},
+         "DFL": ..., "gBS": ...}
 
     ``grid`` lists mean r for every grid point; ``accuracy`` the test accuracy per seed.
     Paper (Lin et al. 2024, §4.3): FL 0.550, DFL 0.638, gBS 0.664 (:data:`PAPER_TOY_CORRELATION`).

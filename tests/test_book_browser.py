@@ -221,7 +221,7 @@ def test_page_names_papers_by_author_not_number(source):
     visible = visible_text(raw.split('<article class="bd-article"', 1)[-1].split("</article>", 1)[0])
     hits = sorted({m.group(0) for m in NUMERIC_LABEL.finditer(visible)})
     assert not hits, f"{page.relative_to(HTML)}: numeric paper labels a reader cannot decode: {hits}"
-    for phrase in ("seed collection", "the seeds", "seed paper"):
+    for phrase in ("seed collection", "seed paper", "source paper"):
         assert phrase not in _prose_text(raw).lower(), f"{page.relative_to(HTML)}: says {phrase!r}"
 
 
