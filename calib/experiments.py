@@ -194,7 +194,8 @@ def toy_weight_correlation(seeds: Iterable[int] = (0, 1, 2, 3, 4), epochs: int =
     ``true_calibration_error(p̂, η, error)`` at every grid point. The grid point with the
     highest mean r over seeds is reported::
 
-        {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"}, "DFL": ..., "gBS": ...}
+        {"FL": {"r_mean", "r_std", "r_per_seed", "best_params", "grid", "accuracy"},
+         "DFL": ..., "gBS": ...}
 
     ``grid`` lists mean r for every grid point; ``accuracy`` the test accuracy per seed.
     ``depth`` (hidden layers), ``hidden`` (width), ``epochs`` and ``lr`` are the open

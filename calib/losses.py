@@ -528,7 +528,7 @@ def dece(
 
     DECE is the meta-objective of the CE-DECE baseline of Wang & Golebiowski (2024).
 
-    ECE = Σ_m |B_m|/N · |acc(B_m) − conf(B_m)| (15 bins) made differentiable in two places:
+    ``ECE = Σ_m |B_m|/N · |acc(B_m) − conf(B_m)|`` (15 bins) made differentiable in two places:
 
     * **soft bins**: sample i belongs to bin m with weight ``o_im = softmax_m(h_im / τ_b)``,
       ``h_im = Σ_{j≤m} (c_i − e_j)`` over the lower bin edges ``e_j = (j−1)/M`` (the soft

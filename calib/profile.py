@@ -1,9 +1,10 @@
 """One switch for scale: the ``CALIB_PROFILE`` environment variable.
 
-``quick``  CPU, minutes per chapter, offline data (default without CUDA; CI and ``make book``).
-``colab``  one GPU (a free Colab T4 is the yardstick), real CIFAR, under an hour a chapter
-           (default when CUDA is present).
-``paper``  the papers' exact protocols (350 epochs, 45k/5k split, ...).
+* ``quick``: CPU, minutes per chapter, offline data (default without CUDA; CI and
+  ``make book``).
+* ``colab``: one GPU (a free Colab T4 is the yardstick), real CIFAR, under an hour a
+  chapter (default when CUDA is present).
+* ``paper``: the papers' exact protocols (350 epochs, 45k/5k split, ...).
 
 Chapters read the profile once at the top::
 

@@ -1,18 +1,18 @@
 """Sample-wise uncertainty weights u(p̂, y): the factor that focal-type losses put on CE.
 
-Paper 000 (Lin et al., "Uncertainty weighted gradients for model calibration", §4) writes
+Lin et al. (2024, "Uncertainty weighted gradients for model calibration", §4) writes
 focal loss, dual focal loss and its own BSCE as one family, *Uncertainty-CE*,
-``L = u(p̂, y) · CE`` (000 Eq. 6), and the gradient-weighted family *Uncertainty-GRA*,
-``∇L = u(p̂, y) · ∇CE`` with ``u`` held constant (000 §4.2, Eq. 9-10). The weights are
+``L = u(p̂, y) · CE`` (Lin et al. 2024, Eq. 6), and the gradient-weighted family *Uncertainty-GRA*,
+``∇L = u(p̂, y) · ∇CE`` with ``u`` held constant (Lin et al. 2024, §4.2, Eq. 9-10). The weights are
 
-* ``u_FL  = (1 − p_y)^γ``                      focal loss (000 Eq. 7; 004 §3),
-* ``u_DFL = (1 − p_y + p_j)^γ``                dual focal loss (000 Eq. 8; Tao et al. 2023),
-* ``u_gBS = ‖p̂ − y‖_β^γ``                      generalised Brier score (000 Eq. 11),
+* ``u_FL  = (1 − p_y)^γ``                      focal loss (Lin et al. 2024, Eq. 7; Mukhoti et al. 2020, §3),
+* ``u_DFL = (1 − p_y + p_j)^γ``                dual focal loss (Lin et al. 2024, Eq. 8; Tao et al. 2023),
+* ``u_gBS = ‖p̂ − y‖_β^γ``                      generalised Brier score (Lin et al. 2024, Eq. 11),
 
 with ``y`` the one-hot label, ``p_y`` the true-class probability and ``p_j`` the largest
 probability *strictly below* ``p_y`` (0 when there is none; the convention of Tao et al.'s
 reference code, see :func:`u_dfl`). ``β`` is the order of the norm and ``γ`` its exponent.
-u_gBS contains the other two (000 §4.3): with β = 1 and only the true class counted,
+u_gBS contains the other two (Lin et al. 2024, §4.3): with β = 1 and only the true class counted,
 ``‖p̂ − y‖_1 = 1 − p_y`` gives u_FL; with β = 1 on the true class and ``p_j`` it gives u_DFL;
 with β = γ = 2 it is the Brier score. ``support=`` selects these cases.
 
@@ -55,7 +55,7 @@ _NEG_INF = float("-inf")
 def check_gamma(gamma: Gamma, n: int, name: str = "gamma") -> Gamma:
     """A non-negative exponent: a number, or a floating tensor of shape ``(n,)`` (one per sample).
 
-    A tensor keeps its autograd graph (gamma-Net, 001 §4.1, differentiates through it).
+    A tensor keeps its autograd graph (gamma-Net, Wang & Golebiowski 2024, §4.1, differentiates through it).
     """
     if isinstance(gamma, Tensor):
         if not gamma.is_floating_point():
@@ -158,7 +158,7 @@ def _log_u_gbs(lp: Tensor, y: Tensor, gamma: Gamma, norm: float, support: str = 
 
 # --------------------------------------------------------------------------- public: log space
 def log_u_fl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Tensor:
-    """``log u_FL = γ · log(1 − p_y)``, from log-probabilities (000 Eq. 7; 004 §3).
+    """``log u_FL = γ · log(1 − p_y)``, from log-probabilities (Lin et al. 2024, Eq. 7; Mukhoti et al. 2020, §3).
 
     ``1 − p_y`` is ``Σ_{k≠y} p_k``, taken as a ``logsumexp`` of the other log-probabilities, so
     ``u_FL = exp(log_u_fl)`` and its gradient are finite even where ``p_y`` rounds to 1.
@@ -169,7 +169,7 @@ def log_u_fl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Te
 
 
 def log_u_dfl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
-    """``log u_DFL = γ · log(1 − p_y + p_j)``, from log-probabilities (000 Eq. 8; Tao et al. 2023).
+    """``log u_DFL = γ · log(1 − p_y + p_j)``, from log-probabilities (Lin et al. 2024, Eq. 8; Tao et al. 2023).
 
     ``p_j`` is the largest probability strictly below ``p_y`` (0 when none); see :func:`u_dfl`.
     Returns shape ``(N,)``.
@@ -181,7 +181,7 @@ def log_u_dfl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> T
 def log_u_gbs(
     log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, support: str = "all"
 ) -> Tensor:
-    """``log u_gBS = (γ/β) · log Σ_k |p̂_k − y_k|^β``, from log-probabilities (000 Eq. 11).
+    """``log u_gBS = (γ/β) · log Σ_k |p̂_k − y_k|^β``, from log-probabilities (Lin et al. 2024, Eq. 11).
 
     The inner sum is a ``logsumexp`` of ``β · log|p̂_k − y_k|`` (the true-class entry is
     ``log(1 − p_y)``), so no zero is ever raised to a power. Returns shape ``(N,)``.
@@ -197,7 +197,7 @@ def _rest(p: Tensor, y: Tensor) -> Tensor:
 
 
 def u_fl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Tensor:
-    """Focal-loss weight ``u_FL = (1 − p_y)^γ`` (000 Eq. 7; Mukhoti et al., 004 §3).
+    """Focal-loss weight ``u_FL = (1 − p_y)^γ`` (Lin et al. 2024, Eq. 7; Mukhoti et al. 2020, §3).
 
     Args:
         probs: ``(N, K)`` probabilities (rows sum to 1).
@@ -217,10 +217,10 @@ def _rival(p: Tensor, y: Tensor) -> Tensor:
 
 
 def u_dfl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
-    """Dual-focal weight ``u_DFL = (1 − p_y + p_j)^γ`` (000 Eq. 8; Tao et al. 2023).
+    """Dual-focal weight ``u_DFL = (1 − p_y + p_j)^γ`` (Lin et al. 2024, Eq. 8; Tao et al. 2023).
 
     ``p_j`` is the largest probability *strictly below* ``p_y``, and 0 when ``p_y`` is the
-    smallest (Tao et al.'s reference code; a class tied with ``p_y`` is not below it). 000's
+    smallest (Tao et al.'s reference code; a class tied with ``p_y`` is not below it). Lin et al.'s
     prose calls p_j "the second maximum confidence"; the two agree when the sample is
     classified correctly, and differ on misclassified samples, where the largest
     non-target probability is *above* ``p_y``.
@@ -235,21 +235,21 @@ def u_dfl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
 def u_gbs(
     probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, support: str = "all"
 ) -> Tensor:
-    """Generalised Brier score ``u_gBS = ‖p̂ − y‖_β^γ = (Σ_k |p̂_k − y_k|^β)^(γ/β)`` (000 Eq. 11).
+    """Generalised Brier score ``u_gBS = ‖p̂ − y‖_β^γ = (Σ_k |p̂_k − y_k|^β)^(γ/β)`` (Lin et al. 2024, Eq. 11).
 
-    000 prints Eq. 11 as ``Σ_i ‖p̂_i − y_i‖_β^γ``; read coordinate by coordinate that is
+    Lin et al. (2024) print Eq. 11 as ``Σ_i ‖p̂_i − y_i‖_β^γ``; read coordinate by coordinate that is
     ``Σ_i |p̂_i − y_i|^γ``, in which β plays no role. We follow DESIGN.md §5 (and its parity
     numbers): the β-norm of the whole vector ``p̂ − y``, raised to γ. The two readings agree
-    for β = γ = 2 (the Brier score), the case 000's analysis (Eq. 12) rests on.
+    for β = γ = 2 (the Brier score), the case Lin et al.'s analysis (Eq. 12) rests on.
 
     Args:
         probs: ``(N, K)`` probabilities.
         targets: ``(N,)`` integer labels.
         gamma: the exponent γ ≥ 0 (a number or a ``(N,)`` tensor).
         norm: the order β > 0 of the norm.
-        support: which classes enter the norm: ``"all"`` (000 Eq. 11), ``"true"`` (only
+        support: which classes enter the norm: ``"all"`` (Lin et al. 2024, Eq. 11), ``"true"`` (only
             the true class: ``(1 − p_y)^γ`` for any β, u_FL) or ``"true_and_rival"`` (the
-            true class and p_j: with β = 1 this is u_DFL). 000 §4.3 names these special cases.
+            true class and p_j: with β = 1 this is u_DFL). Lin et al. (2024), §4.3, name these special cases.
 
     Returns:
         ``(N,)`` weights. β = γ = 2 with ``support="all"`` is the Brier score of each sample.

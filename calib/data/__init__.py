@@ -1,6 +1,7 @@
 """Data: offline toy data with a known posterior, real image datasets, a device-resident loader.
 
 ``toy``     Gaussian mixture with the true posterior eta(x); scikit-learn's bundled digits
+``splits``  the Splits container every loader returns
 ``vision``  CIFAR-10/100, SVHN, Tiny-ImageNet from their on-disk formats; train/val splits
 ``loader``  a loader that keeps a whole split on the device and augments a batch at once
 ``splits``  the ``Splits`` container every loader returns; smoke-mode subsets
@@ -9,5 +10,6 @@
 from . import fake  # noqa: F401
 from .splits import *  # noqa: F401,F403
 from .toy import *  # noqa: F401,F403
+from .splits import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
 from .loader import *  # noqa: F401,F403

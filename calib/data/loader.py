@@ -1,6 +1,6 @@
 """A loader that keeps a whole split on the device and augments a batch at once.
 
-The CIFAR protocol of 004 §5 / 000 §5 trains with a random 32×32 crop of the image padded
+The CIFAR protocol of Mukhoti et al. 2020, §5 / Lin et al. 2024, §5 trains with a random 32×32 crop of the image padded
 by 4 zero pixels on each side and a horizontal flip with probability 1/2. A
 ``torch.utils.data.DataLoader`` does this per image in Python (PIL) worker processes;
 here the split lives on the device as ``uint8`` and one batch is cropped, flipped and

@@ -1,13 +1,19 @@
 """Every figure of the book. Chapters call these; they never draw ad hoc.
 
 Submodules, one per chapter family (all re-exported here):
+``palette``      one colour per loss and per focal parameter γ, shared by every figure
 ``reliability``  reliability diagrams, confidence histograms, ECE against the number of bins
 ``losses``       loss and gradient curves against the true-class probability
 ``theory``       g(p, gamma), the binary focal optimum, simplex weight maps
 ``training``     training curves (NLL, ECE, entropy, weight norm over epochs)
 ``meta``         gamma distribution over epochs
 ``repro``        curves over epochs with bands, coefficient sweeps, grouped histograms
+
+:func:`book_style` sets what every chapter shares: fonts of at least 9 pt and SVG output
+in notebooks, so figures stay sharp at any zoom.
 """
+from . import palette  # noqa: F401
+from .palette import color_for, gamma_color, series_color  # noqa: F401
 from .reliability import *  # noqa: F401,F403
 from .losses import *  # noqa: F401,F403
 from .theory import *  # noqa: F401,F403
@@ -15,3 +21,4 @@ from .training import *  # noqa: F401,F403
 from .meta import *  # noqa: F401,F403
 from .repro import *  # noqa: F401,F403
 from .derivations import *  # noqa: F401,F403
+from .style import book_style  # noqa: F401

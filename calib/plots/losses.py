@@ -1,10 +1,12 @@
-"""Loss and gradient curves against the true-class probability p_y (003 Fig. 6a, extended).
+"""Loss and gradient curves against the true-class probability p_y (Wang et al. 2021, Fig. 6a, extended).
 
 Both figures evaluate the losses of :mod:`calib.losses` with autograd on a K-class logit
 vector whose true class has probability ``p_y`` and whose other ``K − 1`` classes share
 ``1 − p_y`` uniformly (:func:`calib.losses.true_logit_response`). The gradient figure
 shows ``−∂L/∂g_y``, the push a loss gives the true-class logit: CE gives ``1 − p_y``;
-focal loss scales it by g(p, γ) (000 §4.1); inverse focal loss by more than 1 (003 §5.2).
+focal loss scales it by g(p, γ) (Lin et al. 2024, §4.1); inverse focal loss by more than 1
+(Wang et al. 2021, §5.2). Colours come from :mod:`calib.plots.palette`: one per loss, one
+per γ of focal loss.
 """
 from __future__ import annotations
 
@@ -13,6 +15,8 @@ from typing import Mapping, Sequence
 import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+
+from .palette import series_color
 
 __all__ = ["DEFAULT_CURVES", "gradient_curves", "loss_curves"]
 
@@ -56,12 +60,13 @@ def _figure(ax: Axes | None) -> tuple[Figure, Axes]:
 
 def _draw(ax: Axes, p: np.ndarray, series: list[tuple[str, np.ndarray]], ylabel: str, title: str) -> None:
     for label, values in series:
-        ax.plot(p, values, label=label, lw=1.8 if label == "CE" else 1.2, color="k" if label == "CE" else None)
-    ax.set_xlabel("true-class probability $p_y$")
-    ax.set_ylabel(ylabel)
-    ax.set_title(title)
+        ax.plot(p, values, label=label, lw=1.8 if label == "CE" else 1.3, color=series_color(label))
+    ax.set_xlabel("true-class probability $p_y$", fontsize=9)
+    ax.set_ylabel(ylabel, fontsize=9)
+    ax.set_title(title, fontsize=10)
+    ax.tick_params(labelsize=9)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, ncol=2)
+    ax.legend(fontsize=9, ncol=2)
 
 
 def loss_curves(
@@ -71,7 +76,7 @@ def loss_curves(
     ax: Axes | None = None,
     ylim: tuple[float, float] | None = (0.0, 5.0),
 ) -> Figure:
-    """Each loss as a function of ``p_y`` (003 Fig. 6a). Returns the Figure (never shows it).
+    """Each loss as a function of ``p_y`` (Wang et al. 2021, Fig. 6a). Returns the Figure (never shows it).
 
     Args:
         curves: ``(label, registry name, hyper-parameters)`` triples (per-sample losses only).

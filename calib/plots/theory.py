@@ -55,11 +55,11 @@ def plot_gradient_factor(
     resolution: int = 400,
     show_weight: bool = False,
 ) -> Figure:
-    """000 Fig. 1: ``g(p, gamma)`` against the true-class probability, peak ``p0`` marked.
+    """Lin et al. 2024, Fig. 1: ``g(p, gamma)`` against the true-class probability, peak ``p0`` marked.
 
     The dashed line ``g = 1`` is cross-entropy. With ``show_weight=True`` the focal weight
     ``u_FL = (1 - p)^gamma`` is drawn dotted in the same colour: the factor a *gradient*-
-    weighted loss (FL-GRA) puts on the CE gradient, for comparison (000 §4.2).
+    weighted loss (FL-GRA) puts on the CE gradient, for comparison (Lin et al. 2024, §4.2).
     """
     from .. import theory
 
@@ -141,7 +141,7 @@ def plot_flsd_schedule(
 
 
 def plot_binary_focal_optimum(gammas: Sequence[float] = (0.0, 1.0, 2.0, 3.0), *, resolution: int = 99) -> Figure:
-    """004 Fig. A.1: the prediction ``x*`` minimising the binary focal objective, against ``q``.
+    """Mukhoti et al. 2020, Fig. A.1: the prediction ``x*`` minimising the binary focal objective, against ``q``.
 
     ``gamma = 0`` is cross-entropy (``x* = q``, the diagonal); larger gamma pulls ``x*``
     toward 1/2: a higher-entropy, less confident optimum.
@@ -173,7 +173,7 @@ def plot_simplex_weight_maps(
     fixed: float = 0.1,
     resolution: int = 60,
 ) -> Figure:
-    """000 Fig. 2: sample-wise weights over a slice of the 4-class simplex.
+    """Lin et al. 2024, Fig. 2: sample-wise weights over a slice of the 4-class simplex.
 
     ``weights`` maps a label to ``u(probs, targets) -> (N,)`` (e.g. ``calib.uncertainty.u_fl``
     with its gamma bound). The slice (:func:`calib.theory.simplex_slice`) fixes ``p_3 =

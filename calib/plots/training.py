@@ -1,4 +1,4 @@
-"""Figures: training dynamics read from run histories (004 §3, Figs. 1 and 2).
+"""Figures: training dynamics read from run histories (Mukhoti et al. 2020, §3, Figs. 1 and 2).
 
 A *history* is the list of per-epoch dicts a :class:`calib.train.Trainer` writes to
 ``history.jsonl`` (``calib.train.load_history(run_dir)``). Every function returns a
@@ -11,6 +11,8 @@ from typing import Any, Mapping, Sequence
 import matplotlib
 
 from matplotlib.figure import Figure
+
+from .palette import series_color
 
 __all__ = ["training_curves", "LABELS"]
 
@@ -33,6 +35,7 @@ LABELS: dict[str, str] = {
     "lr": "learning rate",
 }
 _STYLES = ("-", "--", ":", "-.")
+_FONT = 9  # smallest font in a figure (points)
 
 Panel = str | Sequence[str]
 
@@ -67,18 +70,21 @@ def training_curves(
     histories: Mapping[str, Sequence[Mapping[str, Any]]],
     panels: Sequence[Panel],
     *,
-    ncols: int = 3,
+    ncols: int = 2,
     milestones: Sequence[int] = (),
     logy: Sequence[str] = (),
     titles: Mapping[str, str] | None = None,
-    panel_size: tuple[float, float] = (3.6, 2.8),
+    panel_size: tuple[float, float] | None = None,
 ) -> Figure:
     """One panel per entry of ``panels``, one colour per run, epochs on the x axis.
 
     A panel is a history key (``"test_ece"``) or a tuple of keys drawn in the same panel
-    with different line styles (``("train_nll", "test_nll")``, as in 004 Fig. 1a;
-    ``("test_entropy_correct", "test_entropy_wrong")``, Fig. 1b). ``milestones`` draws
-    dotted vertical lines at the learning-rate drops; keys in ``logy`` get a log axis.
+    with different line styles (``("train_nll", "test_nll")``, as in Mukhoti et al.
+    (2020), Fig. 1a; ``("test_entropy_correct", "test_entropy_wrong")``, Fig. 1b).
+    ``milestones`` draws dotted vertical lines at the learning-rate drops; keys in ``logy``
+    get a log axis. Runs take their palette colour (:mod:`calib.plots.palette`) when their
+    label names a loss. By default the figure is 7 in wide (the book's column), whatever
+    ``ncols``; ``panel_size`` overrides the size of one panel in inches.
     """
     groups = _check(histories, panels)
     if ncols < 1:
@@ -86,26 +92,30 @@ def training_curves(
     titles = dict(titles or {})
     ncols = min(ncols, len(groups))
     nrows = -(-len(groups) // ncols)
+    if panel_size is None:
+        panel_size = (7.0 / ncols, 2.3)
     fig = Figure(figsize=(panel_size[0] * ncols, panel_size[1] * nrows), layout="constrained")
     axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
-    colors = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    cycle = matplotlib.rcParams["axes.prop_cycle"].by_key()["color"]
+    colors = [series_color(label, default=cycle[i % len(cycle)]) for i, label in enumerate(histories)]
     for ax, keys in zip(axes, groups):
         for r, (label, hist) in enumerate(histories.items()):
             for s, key in enumerate(keys):
                 xs, ys = _series(hist, key)
                 ax.plot(xs, ys, _STYLES[s % len(_STYLES)], color=colors[r % len(colors)], label=label, lw=1.4)
         if len(keys) > 1:
-            ax.legend(*_style_legend(keys), fontsize=8)
+            ax.legend(*_style_legend(keys), fontsize=_FONT)
         for m in milestones:
             ax.axvline(m, color="0.6", ls=":", lw=1)
         if any(k in logy for k in keys):
             ax.set_yscale("log")
-        ax.set_title(titles.get(keys[0], " / ".join(LABELS.get(k, k) for k in keys)), fontsize=10)
-        ax.set_xlabel("epoch")
+        ax.set_title(titles.get(keys[0], " / ".join(LABELS.get(k, k) for k in keys)), fontsize=_FONT + 1)
+        ax.set_xlabel("epoch", fontsize=_FONT)
+        ax.tick_params(labelsize=_FONT)
         ax.grid(alpha=0.3)
     for ax in axes[len(groups):]:
         ax.set_visible(False)
-    fig.legend(*_run_legend(histories, colors), loc="outside lower center", ncols=min(len(histories), 6), fontsize=9)
+    fig.legend(*_run_legend(histories, colors), loc="outside lower center", ncols=min(len(histories), 4), fontsize=_FONT, frameon=False)
     return fig
 
 

@@ -1,0 +1,89 @@
+"""Book style, read from the chapter sources (DESIGN.md §4; no build needed).
+
+Every chapter names papers by author and year (never by a file number such as "004"),
+keeps code lines within 88 characters, refers to other chapters by link rather than by
+"chapter 9" in plain text, gives every glued figure alt text and a caption, and ends
+with a Summary and Exercises whose solutions sit in dropdowns. The built-book checks in
+tests/test_book_browser.py look at the same things as a reader sees them.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
+PAGES = CHAPTERS + sorted((ROOT / "book").glob("*.md")) + [ROOT / "book" / "quickstart.ipynb"]
+SETUP_MARKER = "# Setup (Colab):"
+NUMERIC_LABEL = re.compile(r"(?<![\w.,:/\-])00[0-4](?![\w%]|[.,:/\-]\d)")
+PLAIN_CHAPTER_REF = re.compile(r"\b[Cc]hapters? \d+\b")
+
+
+def _cells(path: pathlib.Path) -> list[tuple[str, str]]:
+    if path.suffix == ".md":
+        return [("markdown", path.read_text())]
+    nb = json.loads(path.read_text())
+    return [(c["cell_type"], "".join(c["source"])) for c in nb["cells"]]
+
+
+def _markdown(path: pathlib.Path) -> str:
+    return "\n".join(src for kind, src in _cells(path) if kind == "markdown")
+
+
+def _ids(paths):
+    return [p.relative_to(ROOT).as_posix() for p in paths]
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.exists()], ids=_ids([p for p in PAGES if p.exists()]))
+def test_papers_are_named_not_numbered(path):
+    for kind, src in _cells(path):
+        text = src if kind == "markdown" else "\n".join(
+            line for line in src.splitlines() if not line.lstrip().startswith("#"))
+        hits = [m.group(0) for m in NUMERIC_LABEL.finditer(text)]
+        if kind == "code":  # only inside strings a reader sees (titles, printed text)
+            hits = [h for h in re.findall(r"[\"'][^\"'\n]*[\"']", text) if NUMERIC_LABEL.search(h)]
+        assert not hits, f"{path.name}: numeric paper labels {hits}; use author-year and {{cite}}"
+        assert "seed collection" not in src.lower(), f"{path.name}: says how the project was made"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_code_lines_fit_88_columns(path):
+    long = []
+    for kind, src in _cells(path):
+        if kind != "code" or src.startswith(SETUP_MARKER):
+            continue
+        long += [line for line in src.splitlines() if len(line) > 88]
+    assert not long, f"{path.name}: {len(long)} code lines over 88 characters, e.g. {long[0]!r}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_chapters_link_rather_than_say_chapter_n(path):
+    text = re.sub(r"(?s)```.*?```", " ", _markdown(path))  # code blocks may say anything
+    text = re.sub(r"\{(?:doc|ref|numref)\}`[^`]*`", " ", text)
+    hits = PLAIN_CHAPTER_REF.findall(text)
+    assert not hits, f"{path.name}: plain-text references {hits}; use {{doc}} or {{ref}}"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_glued_figures_have_alt_text_and_caption(path):
+    text = _markdown(path)
+    for block in re.findall(r"(?s)```\{glue:figure\}(.*?)```", text):
+        name = block.split("\n", 1)[0].strip()
+        options = re.findall(r"^:(\w+):", block, re.M)
+        assert "alt" in options, f"{path.name}: figure {name} has no :alt: text"
+        caption = re.sub(r"^:.*$", "", block.split("\n", 1)[1], flags=re.M).strip()
+        assert caption, f"{path.name}: figure {name} has no caption"
+
+
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_chapter_ends_with_summary_and_exercises(path):
+    text = _markdown(path)
+    assert re.search(r"^## Summary\s*$", text, re.M), f"{path.name}: no '## Summary'"
+    exercises = re.split(r"^## Exercises\s*$", text, flags=re.M)
+    assert len(exercises) == 2, f"{path.name}: no '## Exercises'"
+    assert ":class: dropdown" in exercises[1], f"{path.name}: exercises without dropdown solutions"
+    bullets = re.findall(r"^\* ", re.split(r"^## ", text.split("## Summary", 1)[1], flags=re.M)[0], re.M)
+    assert 4 <= len(bullets) <= 6, f"{path.name}: the Summary should have 4-6 bullets, has {len(bullets)}"
