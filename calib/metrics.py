@@ -32,7 +32,16 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from ._checks import ArrayLike, as_tensor, check_labels, check_positive_int, check_probs_fast, check_positive
+from ._checks import (
+    ArrayLike,
+    as_tensor,
+    check_labels,
+    check_nk_shape,
+    check_positive,
+    check_positive_int,
+    probs_error,
+    row_sum_tolerance,
+)
 
 __all__ = [
     "accuracy",
@@ -64,22 +73,87 @@ NLL_EPS = 1e-12
 FIG5_BINS = (10, 20, 50, 100, 200, 500, 1000)
 # Entries of (N, K) processed at once by classwise ECE and SECE (bounds memory).
 _CHUNK = 1 << 22
-# Row-sum tolerance of the probability check (calib._checks.check_probs_fast default).
+# Entries per chunk of the fused validation + top-label pass (_scan): about 1 MiB of
+# float32, so the row max, row sum, minimum and label pick read the chunk from cache.
+_SCAN_CHUNK = 1 << 18
+# Row-sum tolerance of the probability check (calib._checks.check_probs_fast default);
+# half precision gets a wider one (calib._checks.row_sum_tolerance).
 _ROW_SUM_ATOL = 1e-3
 # Samples per chunk of the float32 per-bin sums in ECE (see _binned_sum).
 _SUM_CHUNK = 1 << 12
 # Above this many bins, bin indices come from torch.bucketize instead of arithmetic.
 _ARITH_MAX_BINS = 1 << 16
+# Most bins (times classes, for Classwise-ECE) a metric allocates: 2^24 float64 cells
+# are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
+_MAX_BIN_CELLS = 1 << 24
+# Adaptive bins: up to this many edges, bin indices come from comparisons, not a search.
+_COMPARE_MAX_EDGES = 32
 
 
 # --------------------------------------------------------------------------- inputs
 
 
+@dataclass(frozen=True)
+class _Checked:
+    """Validated predictions and their top label, from one fused pass (:func:`_scan`)."""
+
+    p: Tensor  # (N, K) probabilities (half precision promoted to float32), detached
+    y: Tensor  # (N,) int64 labels on p's device
+    conf: Tensor  # (N,) top-label confidence max_k p_ik
+    correct: Tensor  # (N,) bool, argmax_k p_ik == y_i (first of tied maxima, as argmax)
+
+
+def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
+    """Validate ``probs``/``labels`` and find the top label in one pass over ``(N, K)``.
+
+    The same contract as :func:`calib._checks.check_probs_fast` (finite, entries in
+    [0, 1] up to 1e-6, rows summing to 1 within :func:`calib._checks.row_sum_tolerance`),
+    but the row maxima, row sums, the minimum and ``p[i, y_i]`` are computed chunk by
+    chunk (``_SCAN_CHUNK`` entries), so each chunk is read from memory once and the other
+    reductions hit the cache. NaN propagates through the row maxima and sums, inf through
+    the range, so no separate finiteness pass is needed.
+    """
+    p = as_tensor(probs, name)
+    tol = row_sum_tolerance(p.dtype)
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    check_nk_shape(p, name)
+    p = p.detach()
+    n, k = p.shape
+    y = check_labels(labels, n, k, "labels").to(p.device)
+    conf = torch.empty(n, dtype=p.dtype, device=p.device)
+    rows = torch.empty(n, dtype=p.dtype, device=p.device)
+    p_true = torch.empty(n, 1, dtype=p.dtype, device=p.device)
+    step = max(1, _SCAN_CHUNK // k)
+    lows = torch.empty((n + step - 1) // step, dtype=p.dtype, device=p.device)
+    narrow = k < 32  # a matrix-vector product sums narrow rows ~2x faster than sum(dim=1)
+    ones = torch.ones(k, dtype=p.dtype, device=p.device) if narrow else None
+    for i, start in enumerate(range(0, n, step)):
+        stop = min(start + step, n)
+        chunk = p[start:stop]
+        torch.amax(chunk, 1, out=conf[start:stop])
+        if narrow:
+            torch.mv(chunk, ones, out=rows[start:stop])
+        else:
+            torch.sum(chunk, 1, out=rows[start:stop])
+        torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
+        torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
+    worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
+    lo, hi = float(lows.amin()), float(conf.amax())
+    problem = probs_error(name, worst, lo, hi, tol)
+    if problem is not None:
+        raise ValueError(problem)
+    correct = p_true.squeeze(1).eq(conf)
+    _resolve_ties(p, y, conf, correct, tol)
+    return _Checked(p, y, conf, correct)
+
+
 def _inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
     """Validated ``(probs, labels)``: probabilities ``(N, K)`` and int64 labels on one device."""
-    p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
-    return p.detach(), y
+    c = _scan(probs, labels)
+    return c.p, c.y
 
 
 def _check_closed(closed: str) -> str:
@@ -97,24 +171,46 @@ def _at_label(p: Tensor, y: Tensor) -> Tensor:
     return p.view(-1).index_select(0, flat)
 
 
-def _top_label(p: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+def _top_label(p: Tensor, y: Tensor, atol: float = _ROW_SUM_ATOL) -> tuple[Tensor, Tensor]:
     """Top-label confidence ``c_i = max_k p_ik`` and correctness ``1[argmax_k p_ik = y_i]``.
 
     ``argmax`` returns the first of tied maxima, so ``pi_i`` is ``p_{i,y_i} = c_i`` with no
-    earlier index reaching ``c_i``. A tie needs two entries equal to ``c_i``, impossible
-    when ``c_i`` exceeds half the largest row sum that validation lets through, and an
-    earlier index needs ``y_i > 0``; only the remaining rows pay for an ``argmax``. On CPU,
-    ``amax`` plus a select of ``p[i, y_i]`` costs about half of ``max(dim=1)`` with its
-    index bookkeeping (``benchmarks/metrics.py``).
+    earlier index reaching ``c_i`` (:func:`_resolve_ties`). On CPU, ``amax`` plus a select
+    of ``p[i, y_i]`` costs about half of ``max(dim=1)`` with its index bookkeeping
+    (``benchmarks/metrics.py``). Validated inputs get both from :func:`_scan` instead.
     """
     conf = p.amax(dim=1)
     correct = _at_label(p, y).eq(conf)
-    tie_free = 0.5 * (1 + _ROW_SUM_ATOL + p.shape[1] * 1e-6)
+    _resolve_ties(p, y, conf, correct, atol)
+    return conf, correct
+
+
+def _resolve_ties(p: Tensor, y: Tensor, conf: Tensor, correct: Tensor, atol: float) -> None:
+    """Set ``correct[i]`` to ``argmax_k p_ik == y_i`` where ``p[i, y_i] == c_i`` may be a tie.
+
+    A tie needs two entries equal to ``c_i``, impossible when ``c_i`` exceeds half the
+    largest row sum that validation lets through (``1 + atol``, plus ``K * 1e-6`` for
+    slightly negative entries), and an earlier index needs ``y_i > 0``; only the
+    remaining rows pay for an ``argmax``.
+    """
+    tie_free = 0.5 * (1 + atol + p.shape[1] * 1e-6)
     maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
     if maybe_tied.numel():
         first = p.index_select(0, maybe_tied).argmax(dim=1)
         correct.index_copy_(0, maybe_tied, first.eq(y.index_select(0, maybe_tied)))
-    return conf, correct
+
+
+def _check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
+    """A positive int whose bins (``cells`` per bin, e.g. K classes) fit in memory."""
+    n_bins = check_positive_int(n_bins, name)
+    if n_bins * cells > _MAX_BIN_CELLS:
+        per = f" x {cells} classes" if cells > 1 else ""
+        raise ValueError(
+            f"{name} = {n_bins:,} is too large: {n_bins:,}{per} bins would need "
+            f"{8 * n_bins * cells / 2**30:.1f} GiB of float64 sums; use at most "
+            f"{_MAX_BIN_CELLS // cells:,} bins"
+        )
+    return n_bins
 
 
 # --------------------------------------------------------------------------- binning
@@ -148,20 +244,37 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     """Equal-mass bin edges: the ``n_bins + 1`` quantiles of ``conf``, linearly interpolated.
 
     The edge ``j`` is the sorted confidence at fractional position ``j * N / n_bins``
-    (clamped to the last sample), as in the AdaECE code of 004. CPU tensors are sorted by
-    numpy, which is several times faster than ``torch.sort`` there.
+    (clamped to the last sample), as in the AdaECE code of 004. Only those ``2 (n_bins +
+    1)`` order statistics are needed, so on CPU numpy's ``partition`` (introselect, O(N))
+    finds them instead of a full sort; the values are the same.
     """
     n = conf.numel()
-    if conf.device.type == "cpu":
-        s = torch.from_numpy(np.sort(conf.numpy()))
-    else:
-        s = torch.sort(conf).values
     pos = torch.linspace(0, n, n_bins + 1, dtype=torch.float64).clamp_(max=n - 1)
     i0 = pos.floor().long()
     i1 = (i0 + 1).clamp_(max=n - 1)
-    frac = (pos - i0).to(s.device)
-    lo, hi = s[i0.to(s.device)].double(), s[i1.to(s.device)].double()
+    frac = pos - i0
+    if conf.device.type == "cpu":
+        kth = np.unique(np.concatenate([i0.numpy(), i1.numpy()]))
+        s = torch.from_numpy(np.partition(conf.numpy(), kth))
+    else:
+        s = torch.sort(conf).values.cpu()
+    lo, hi = s[i0].double(), s[i1].double()
     return (lo + frac * (hi - lo)).to(conf.dtype).to(conf.device)
+
+
+def _bucket(x: Tensor, inner: Tensor) -> Tensor:
+    """``torch.bucketize(x, inner, right=False)`` (int32): the number of edges below ``x``.
+
+    For a few edges, counting comparisons (one vectorised pass per edge) beats the
+    per-element binary search of ``bucketize`` on CPU.
+    """
+    if inner.numel() > _COMPARE_MAX_EDGES or x.device.type != "cpu":
+        return torch.bucketize(x, inner, right=False, out_int32=True)
+    idx = torch.zeros(x.shape, dtype=torch.int32, device=x.device)
+    above = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+    for edge in inner.tolist():
+        idx.add_(torch.gt(x, edge, out=above))
+    return idx
 
 
 def _bin_sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -181,7 +294,7 @@ def _binned_sum(idx: Tensor, w: Tensor, n_bins: int) -> Tensor:
     sum to ~1e-8 relative (``tests/test_metrics.py`` checks it).
     """
     n = w.numel()
-    m = n // _SUM_CHUNK
+    m = n // _SUM_CHUNK if n_bins <= _SUM_CHUNK else 0  # many bins: one float64 bincount
     full = m * _SUM_CHUNK
     total = torch.bincount(idx[full:], weights=w[full:].double(), minlength=n_bins)
     if m:
@@ -209,11 +322,7 @@ def _mce_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
 @torch.no_grad()
 def accuracy(probs: ArrayLike, labels: ArrayLike) -> float:
     """Fraction of samples whose arg-max class is the label: ``(1/N) sum_i 1[yhat_i = y_i]``."""
-    return _accuracy(*_inputs(probs, labels))
-
-
-def _accuracy(p: Tensor, y: Tensor) -> float:
-    return float(_top_label(p, y)[1].double().mean())
+    return float(_scan(probs, labels).correct.double().mean())
 
 
 @torch.no_grad()
@@ -264,14 +373,10 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     confidences ``[.25, .3, .5, .6, 1, .9]`` with correctness ``[0, 1, 1, 0, 1, 0]`` and 4
     bins give 0.491667 with ``(lo, hi]`` bins and 0.241667 with ``[lo, hi)``.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    return _ece(*_inputs(probs, labels), n_bins, closed)
-
-
-def _ece(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
-    conf, correct = _top_label(p, y)
-    return _ece_from(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    c = _scan(probs, labels)
+    return _ece_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
 
 
 @torch.no_grad()
@@ -281,14 +386,10 @@ def mce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     Naeini et al. (2015); 004 section 2; 001 section 3.1. Same bins as :func:`ece`.
     MCE >= ECE always (ECE is a weighted mean of the same gaps).
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    return _mce(*_inputs(probs, labels), n_bins, closed)
-
-
-def _mce(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
-    conf, correct = _top_label(p, y)
-    return _mce_from(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    c = _scan(probs, labels)
+    return _mce_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
 
 
 @torch.no_grad()
@@ -300,18 +401,14 @@ def adaece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
     004 drops it). Assigning by value keeps tied confidences together, so the metric does
     not depend on sample order; with many ties the bins are only roughly equal in mass.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    return _adaece(*_inputs(probs, labels), n_bins)
-
-
-def _adaece(p: Tensor, y: Tensor, n_bins: int) -> float:
-    return _adaece_from(*_top_label(p, y), n_bins)
+    n_bins = _check_n_bins(n_bins)
+    c = _scan(probs, labels)
+    return _adaece_from(c.conf, c.correct, n_bins)
 
 
 def _adaece_from(conf: Tensor, correct: Tensor, n_bins: int) -> float:
     edges = _adaptive_edges(conf, n_bins)
-    idx = torch.bucketize(conf, edges[1:-1], right=False, out_int32=True)
-    return _ece_from(idx, correct, conf, n_bins)
+    return _ece_from(_bucket(conf, edges[1:-1]), correct, conf, n_bins)
 
 
 @torch.no_grad()
@@ -323,31 +420,58 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, clos
     ``(1/K) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)| / N``. ``K`` is the width of
     ``probs``, so classes absent from ``labels`` still count. Rows are processed in
     chunks of about 4M entries (a loop over chunks, not samples) to bound memory.
+
+    Cost: with ``e_1`` the first inner edge, every entry at or below it (most of them
+    when K is large) lies in bin 0, so ``sum_{i in B_k0} p_ik`` is the column sum minus
+    the other bins' sums. Only the entries above ``e_1`` are binned and scattered, and
+    the label indicator contributes one entry per row; column sums and the selection of
+    the entries above ``e_1`` are one pass over each chunk.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins, cells=_width(probs))
     _check_closed(closed)
-    return _classwise(*_inputs(probs, labels), n_bins, closed)
+    c = _scan(probs, labels)
+    return _classwise(c.p, c.y, n_bins, closed)
+
+
+def _width(probs: ArrayLike) -> int:
+    """K of an (N, K) input, 1 when the shape is not (yet) known to be 2-D."""
+    shape = getattr(probs, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 and shape[1] > 0 else 1
 
 
 def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
     n, k = p.shape
-    offsets = torch.arange(k, device=p.device, dtype=torch.int32) * n_bins
-    gaps = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
+    col = torch.zeros(k, dtype=torch.float64, device=p.device)
+    psum = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
+    e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=p.dtype)[1]) if n_bins > 1 else math.inf
     rows = max(1, _CHUNK // k)
     for start in range(0, n, rows):
-        pc, yc = p[start:start + rows], y[start:start + rows]
-        flat = (_bin_index(pc, n_bins, closed) + offsets).view(-1)
-        weights = pc.to(torch.float64, copy=True).neg_()
-        weights[torch.arange(pc.shape[0], device=p.device), yc] += 1.0
-        gaps += torch.bincount(flat, weights=weights.view(-1), minlength=k * n_bins)
-    return float(gaps.abs().sum()) / (n * k)
+        flat = p[start:start + rows].contiguous().view(-1)
+        col += flat.view(-1, k).sum(dim=0, dtype=torch.float64)
+        if n_bins > 1:
+            sel = (torch.gt(flat, e1) if closed == "right" else torch.ge(flat, e1)).nonzero().squeeze(1)
+            v = flat.index_select(0, sel)
+            cell = sel.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
+            psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+    psum = psum.view(k, n_bins)
+    psum[:, 0] = col - psum[:, 1:].sum(dim=1)  # bin 0 holds every entry not selected above
+    label_cells = y.mul(n_bins).add_(_bin_index(_at_label(p, y), n_bins, closed))
+    hits = torch.bincount(label_cells, minlength=k * n_bins).view(k, n_bins).double()
+    return float((hits - psum).abs_().sum()) / (n * k)
 
 
 # --------------------------------------------------------------------------- smooth ECE
 
 
+# Smallest SECE bandwidth: below it h^2 underflows float64 and the kernel is undefined.
+_MIN_BANDWIDTH = 1e-150
+
+
 def _check_bandwidth(bandwidth: float) -> float:
-    return check_positive(bandwidth, "bandwidth")
+    h = check_positive(bandwidth, "bandwidth")
+    if h < _MIN_BANDWIDTH:
+        raise ValueError(f"bandwidth must be >= {_MIN_BANDWIDTH:g} (its square underflows below that), got {bandwidth}")
+    return h
 
 
 def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
@@ -360,23 +484,25 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
     rows = max(1, _CHUNK // n)
     rhs = torch.stack([pi, torch.ones_like(pi)], dim=1)
     track = torch.is_grad_enabled() and z.requires_grad
+    coef = -0.5 / (h * h)
+    coef_finite = math.isfinite(coef) and abs(coef) <= torch.finfo(z.dtype).max
     out = []
     for start in range(0, n, rows):
         zi = z[start:start + rows]
         if track:
             kern = torch.exp(-0.5 * ((zi[:, None] - z[None, :]) / h) ** 2)
-        else:
-            kern = (zi[:, None] - z[None, :]).square_().mul_(-0.5 / (h * h)).exp_()
+        elif coef_finite:
+            kern = (zi[:, None] - z[None, :]).square_().mul_(coef).exp_()
+        else:  # -0.5 / h^2 overflows z's dtype: scale first so that 0 * inf never happens
+            kern = (zi[:, None] - z[None, :]).div_(h).square_().mul_(-0.5).exp_()
         num, den = (kern @ rhs).unbind(dim=1)
         out.append((num / den - zi).abs())
     return torch.cat(out)
 
 
-def _sece_inputs(probs: ArrayLike, labels: ArrayLike, bandwidth: float) -> tuple[Tensor, Tensor, float]:
+def _sece_inputs(probs: ArrayLike, labels: ArrayLike, bandwidth: float) -> tuple[_Checked, float]:
     h = _check_bandwidth(bandwidth)
-    p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
-    return p, y, h
+    return _scan(probs, labels), h
 
 
 def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> Tensor:
@@ -399,10 +525,14 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> T
     the kernel and in ``-z_i``), not through ``pi`` (an arg-max). Cost and memory are
     ``O(N^2)``: meant for mini-batches of up to a few thousand samples.
     """
-    p, y, h = _sece_inputs(probs, labels, bandwidth)
-    z, pred = p.max(dim=1)
-    pi = pred.eq(y).to(z.dtype)
-    return _sece_terms(z, pi, h).mean()
+    c, h = _sece_inputs(probs, labels, bandwidth)
+    p = as_tensor(probs, "probs")  # the caller's tensor, so gradients reach it
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    z = p.max(dim=1).values if p.requires_grad else c.conf
+    return _sece_terms(z, c.correct.to(z.dtype), h).mean()
 
 
 @torch.no_grad()
@@ -413,9 +543,8 @@ def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> float:
     second for N = 10,000 on one CPU core. Unlike binned ECE it has no bin count to
     choose, only the kernel bandwidth (001 Fig. 5 contrasts the two).
     """
-    p, y, h = _sece_inputs(probs, labels, bandwidth)
-    conf, correct = _top_label(p.detach(), y)
-    return float(_sece_terms(conf.double(), correct.double(), h).mean())
+    c, h = _sece_inputs(probs, labels, bandwidth)
+    return float(_sece_terms(c.conf.double(), c.correct.double(), h).mean())
 
 
 # --------------------------------------------------------------------------- bin statistics
@@ -479,12 +608,11 @@ def bin_stats(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: 
     The data of a reliability diagram (Guo et al. 2017; 001 Fig. 2). ``bin_stats(...).ece``
     equals :func:`ece` with the same arguments.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    p, y = _inputs(probs, labels)
-    conf, correct = _top_label(p, y)
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype, device=conf.device)
-    return _stats(_bin_index(conf, n_bins, closed), correct, conf, edges, closed)
+    c = _scan(probs, labels)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=c.conf.dtype, device=c.conf.device)
+    return _stats(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, edges, closed)
 
 
 @torch.no_grad()
@@ -497,7 +625,7 @@ def bin_stats_from_confidence(
     output of :class:`calib.posthoc.HistogramBinning` with the unchanged predictions'
     correctness. ``.ece`` then gives the ECE of those confidences.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
     c = as_tensor(confidence, "confidence")
     if not c.is_floating_point():
@@ -546,14 +674,15 @@ def ece_sweep(
         raise ValueError(f"metric must be one of {', '.join(_SWEEPABLE)}, got {metric!r}")
     if isinstance(n_bins_list, (int, np.integer)) or len(n_bins_list) == 0:
         raise ValueError("n_bins_list must be a non-empty sequence of bin counts")
-    counts = [check_positive_int(b, "n_bins_list entry") for b in n_bins_list]
+    cells = _width(probs) if metric == "classwise_ece" else 1
+    counts = [_check_n_bins(b, "n_bins_list entry", cells) for b in n_bins_list]
     _check_closed(closed)
-    p, y = _inputs(probs, labels)
+    c = _scan(probs, labels)
+    p, y, conf, correct = c.p, c.y, c.conf, c.correct
     if metric == "adaece":
-        return {b: _adaece(p, y, b) for b in counts}
+        return {b: _adaece_from(conf, correct, b) for b in counts}
     if metric == "classwise_ece":
         return {b: _classwise(p, y, b, closed) for b in counts}
-    conf, correct = _top_label(p, y)
     one = _ece_from if metric == "ece" else _mce_from
     return {b: one(_bin_index(conf, b, closed), correct, conf, b) for b in counts}
 
@@ -575,7 +704,7 @@ def _per_sample_stat(metric_fn: Callable, p: Tensor, y: Tensor, kw: dict) -> tup
             v = (p * p).sum(1).double() - 2 * p_true + 1
         return (lambda rows: v[rows].mean(dim=1)), v
     if metric_fn in (ece, mce) and set(kw) <= {"n_bins", "closed"}:
-        n_bins = check_positive_int(kw.get("n_bins", 15), "n_bins")
+        n_bins = _check_n_bins(kw.get("n_bins", 15))
         bins = _bin_index(conf, n_bins, _check_closed(kw.get("closed", "right")))
         gap = correct.double() - conf.double()
         n = conf.numel()
@@ -648,9 +777,9 @@ def summary(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> dict[str, 
     ``mce`` (bins ``(lo, hi]``, ``n_bins`` of them; 15 as in 004 and 000). Inputs are
     validated and the top label found once for all of them.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    p, y = _inputs(probs, labels)
-    conf, correct = _top_label(p, y)
+    n_bins = _check_n_bins(n_bins, cells=_width(probs))
+    c = _scan(probs, labels)
+    p, y, conf, correct = c.p, c.y, c.conf, c.correct
     idx = _bin_index(conf, n_bins, "right")
     return {
         "accuracy": float(correct.double().mean()),
