@@ -195,9 +195,21 @@ def _resolve_ties(p: Tensor, y: Tensor, conf: Tensor, correct: Tensor, atol: flo
     """
     tie_free = 0.5 * (1 + atol + p.shape[1] * 1e-6)
     maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
-    if maybe_tied.numel():
-        first = p.index_select(0, maybe_tied).argmax(dim=1)
-        correct.index_copy_(0, maybe_tied, first.eq(y.index_select(0, maybe_tied)))
+    if not maybe_tied.numel():
+        return
+    # the largest entry other than p[i, y_i] equals c_i only if the maximum is tied; rows are
+    # copied a block at a time into one reused buffer (fresh large buffers cost page faults)
+    block = max(1, _SCAN_CHUNK // p.shape[1])
+    buf = torch.empty(min(block, maybe_tied.numel()), p.shape[1], dtype=p.dtype, device=p.device)
+    for start in range(0, maybe_tied.numel(), block):
+        rows = maybe_tied[start:start + block]
+        y_rows = y.index_select(0, rows)
+        sub = torch.index_select(p, 0, rows, out=buf[:rows.numel()])
+        others = sub.scatter_(1, y_rows[:, None], -math.inf).amax(dim=1)
+        tied = others.eq(conf.index_select(0, rows)).nonzero().squeeze(1)
+        if tied.numel():  # rare outside quantised data: argmax settles which index comes first
+            first = p.index_select(0, rows.index_select(0, tied)).argmax(dim=1)
+            correct.index_copy_(0, rows.index_select(0, tied), first.eq(y_rows.index_select(0, tied)))
 
 
 def _check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
@@ -439,19 +451,30 @@ def _width(probs: ArrayLike) -> int:
     return int(shape[1]) if shape is not None and len(shape) == 2 and shape[1] > 0 else 1
 
 
+def _above_first_edge(pc: Tensor, e1: float, closed: str) -> tuple[Tensor, Tensor]:
+    """Values and flat positions of the entries of ``pc`` beyond bin 0 (``> e1``, or ``>= e1``)."""
+    if pc.device.type == "cpu":  # numpy's flatnonzero is several times faster than torch.nonzero
+        a = pc.numpy()
+        where = torch.from_numpy(np.flatnonzero(a > e1 if closed == "right" else a >= e1))
+    else:
+        where = (torch.gt(pc, e1) if closed == "right" else torch.ge(pc, e1)).view(-1).nonzero().squeeze(1)
+    return pc.view(-1).index_select(0, where), where
+
+
 def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
     n, k = p.shape
     col = torch.zeros(k, dtype=torch.float64, device=p.device)
     psum = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
     e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=p.dtype)[1]) if n_bins > 1 else math.inf
-    rows = max(1, _CHUNK // k)
+    # float64 inputs are summed in float64; float32 ones in float32 over blocks of at most
+    # _SUM_CHUNK rows with float64 totals (as in _binned_sum: ~1e-8 relative, tested)
+    rows = max(1, min(_CHUNK // k, _SUM_CHUNK))
     for start in range(0, n, rows):
-        flat = p[start:start + rows].contiguous().view(-1)
-        col += flat.view(-1, k).sum(dim=0, dtype=torch.float64)
+        pc = p[start:start + rows].contiguous()
+        col += pc.sum(dim=0).double()
         if n_bins > 1:
-            sel = (torch.gt(flat, e1) if closed == "right" else torch.ge(flat, e1)).nonzero().squeeze(1)
-            v = flat.index_select(0, sel)
-            cell = sel.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
+            v, where = _above_first_edge(pc, e1, closed)
+            cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
             psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
     psum = psum.view(k, n_bins)
     psum[:, 0] = col - psum[:, 1:].sum(dim=1)  # bin 0 holds every entry not selected above
@@ -485,16 +508,15 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
     rhs = torch.stack([pi, torch.ones_like(pi)], dim=1)
     track = torch.is_grad_enabled() and z.requires_grad
     coef = -0.5 / (h * h)
-    coef_finite = math.isfinite(coef) and abs(coef) <= torch.finfo(z.dtype).max
+    if abs(coef) > torch.finfo(z.dtype).max:  # 1 / h^2 overflows float32: compute in float64
+        return _sece_terms(z.double(), pi.double(), h).to(z.dtype)
     out = []
     for start in range(0, n, rows):
         zi = z[start:start + rows]
         if track:
             kern = torch.exp(-0.5 * ((zi[:, None] - z[None, :]) / h) ** 2)
-        elif coef_finite:
+        else:
             kern = (zi[:, None] - z[None, :]).square_().mul_(coef).exp_()
-        else:  # -0.5 / h^2 overflows z's dtype: scale first so that 0 * inf never happens
-            kern = (zi[:, None] - z[None, :]).div_(h).square_().mul_(-0.5).exp_()
         num, den = (kern @ rhs).unbind(dim=1)
         out.append((num / den - zi).abs())
     return torch.cat(out)
