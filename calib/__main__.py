@@ -213,6 +213,12 @@ def _check_names(config: Any) -> None:
         raise ValueError(f"--loss {config.loss!r} is not a loss; choose one of {', '.join(names())}")
 
 
+def _fail(sub: argparse.ArgumentParser, message: str) -> None:
+    """Exit 2 with one line naming the problem (argparse's format, without the usage block)."""
+    print(f"{sub.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def _warn(text: str) -> None:
     print(f"calib: warning: {text}", file=sys.stderr)
 
@@ -253,26 +259,30 @@ def cmd_train(args: argparse.Namespace) -> int:
         _check_names(config)
         cls = _trainer_class(config.meta)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, rundir.RunDirError) as exc:
-        sub.error(str(exc))
+        _fail(sub, str(exc))
     with contextlib.ExitStack() as stack:
         if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns the run directory
             try:
+                if args.resume and not out.exists():  # before the lock creates it
+                    rundir.check_owner(out, {}, identity_of=dict, resume=True)
                 stack.enter_context(rundir.lock(out, what="train"))
                 _claim(out, config, args)
             except rundir.RunDirError as exc:
-                sub.error(str(exc))
+                _fail(sub, str(exc))
         try:
             trainer = cls(config)
         except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError) as exc:
-            sub.error(str(exc))
+            _fail(sub, str(exc))
         _schedule_warnings(config, trainer)
         if config.progress is not False:
             print(_profile.describe(), file=sys.stderr)
         try:
             metrics = trainer.fit(resume=args.resume)
         except (FileExistsError, CheckpointError) as exc:
-            sub.error(str(exc))
+            _fail(sub, str(exc))
         except TrainingDiverged as exc:
+            if _debug(args):
+                raise
             print(f"calib: error: {exc}", file=sys.stderr)
             return 1
         except TrainingInterrupted as exc:
@@ -305,7 +315,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
     try:
         metrics = evaluate_run(args.run_dir, n_bins=args.n_bins, ts_method=args.ts_method)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        sub.error(str(exc))
+        _fail(sub, str(exc))
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
 

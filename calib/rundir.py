@@ -179,9 +179,9 @@ def lock(path: str | os.PathLike, *, what: str = "train") -> Iterator[Path]:
 
     Raises :class:`RunDirError` at once when another live process holds it, or when the
     directory cannot be created or written (under a file, read-only, in ``/proc``). The
-    lock file stays behind after release (an unlocked file is free to take); only its
-    content, the holder's PID, host, ``what`` and start time, changes. A directory this
-    call created and nobody wrote into is removed again on release.
+    lock file records the holder's PID, host, ``what`` and start time, and is removed on
+    release (after a crash it stays behind, unlocked, and the next run takes it over). A
+    directory this call created and nobody wrote into is removed again on release.
     """
     path = check_out(path)
     created = not path.exists()
@@ -190,23 +190,40 @@ def lock(path: str | os.PathLike, *, what: str = "train") -> Iterator[Path]:
     except OSError as exc:
         raise RunDirError(f"cannot create run directory {path}: {exc.strerror or exc}") from None
     lock_path = path / LOCK_FILE
+    fd = _open_locked(lock_path)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    except OSError as exc:
-        raise RunDirError(f"cannot write in run directory {path}: {exc.strerror or exc}") from None
-    try:
-        _acquire(fd, lock_path)
         info = {"pid": os.getpid(), "host": socket.gethostname(), "what": what,
                 "since": time.strftime("%Y-%m-%d %H:%M:%S")}
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps(info).encode(), 0)
         yield path
     finally:
-        if created and _entries(path) == []:  # nothing was written: leave no trace
-            with contextlib.suppress(OSError):
-                lock_path.unlink()
+        with contextlib.suppress(OSError):  # unlink while still holding it: leave no trace
+            lock_path.unlink()
+        if created:
+            with contextlib.suppress(OSError):  # a directory nobody wrote into goes too
                 path.rmdir()
         os.close(fd)  # closing drops the flock
+
+
+def _open_locked(lock_path: Path) -> int:
+    """Open and lock ``lock_path``; retried when the file was replaced while we waited on it."""
+    for _ in range(5):
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise RunDirError(f"cannot write in run directory {lock_path.parent}: {exc.strerror or exc}") from None
+        try:
+            _acquire(fd, lock_path)
+            if os.fstat(fd).st_ino == os.stat(lock_path).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass  # its holder removed it on release: take a fresh one
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise RunDirError(f"cannot lock {lock_path}: it keeps being replaced by another process")
 
 
 def _acquire(fd: int, lock_path: Path) -> None:

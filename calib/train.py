@@ -686,7 +686,13 @@ class Trainer:
             bar.update(start)
         first_bad = None  # device tensor: the first step whose loss was not finite (-1: none)
         for i, (x, y) in enumerate(self.train_loader, start=start):
-            out = self.train_step(x, y)
+            try:
+                out = self.train_step(x, y)
+            except ValueError as exc:  # the loss refused NaN/inf logits: the weights diverged
+                if "NaN or inf" not in str(exc):
+                    raise
+                self._check_finite(first_bad)  # an earlier non-finite loss is the first bad step
+                self._check_finite(torch.tensor(i))
             first_bad = _note_nonfinite(first_bad, out.get("loss"), i)
             if first_bad is not None and (i + 1) % _FINITE_CHECK_EVERY == 0:
                 self._check_finite(first_bad)
