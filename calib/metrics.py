@@ -267,12 +267,49 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     i1 = (i0 + 1).clamp_(max=n - 1)
     frac = pos - i0
     if conf.device.type == "cpu":
-        kth = np.unique(np.concatenate([i0.numpy(), i1.numpy()]))
-        s = torch.from_numpy(np.partition(conf.numpy(), kth))
+        ranks = np.unique(np.concatenate([i0.numpy(), i1.numpy()]))
+        at = dict(zip(ranks.tolist(), _order_statistics(conf.numpy(), ranks).tolist()))
+        lo = torch.tensor([at[i] for i in i0.tolist()], dtype=torch.float64)
+        hi = torch.tensor([at[i] for i in i1.tolist()], dtype=torch.float64)
     else:
         s = torch.sort(conf).values.cpu()
-    lo, hi = s[i0].double(), s[i1].double()
+        lo, hi = s[i0].double(), s[i1].double()
     return (lo + frac * (hi - lo)).to(conf.dtype).to(conf.device)
+
+
+# Buckets of the coarse histogram that locates order statistics (_order_statistics).
+_SELECT_BUCKETS = 4096
+
+
+def _order_statistics(x: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """``np.sort(x)[ranks]`` without sorting: a histogram locates each rank, then only the
+    few buckets holding the requested ranks are sorted.
+
+    Bucket ``floor((x - min) * B / (max - min))`` is non-decreasing in ``x`` (rounding is
+    monotone), so bucket order is value order and the values returned are exact elements
+    of ``x``: a few vectorised passes instead of a full ``O(N log N)`` sort.
+    """
+    n = x.size
+    if n <= 8 * _SELECT_BUCKETS:
+        return np.sort(x)[ranks]
+    lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        return np.full(ranks.shape, x.dtype.type(lo))
+    scale = _SELECT_BUCKETS / (hi - lo)
+    bucket = np.minimum(((x - x.dtype.type(lo)) * x.dtype.type(scale)).astype(np.int64), _SELECT_BUCKETS - 1)
+    ends = np.cumsum(np.bincount(bucket, minlength=_SELECT_BUCKETS))  # ranks below the end of each bucket
+    home = np.searchsorted(ends, ranks, side="right")  # bucket holding each rank
+    wanted = np.zeros(_SELECT_BUCKETS, dtype=bool)
+    wanted[home] = True
+    pick = wanted[bucket]
+    vals, where = x[pick], bucket[pick]
+    order = np.lexsort((vals, where))  # by bucket, then value
+    vals = vals[order]
+    used = np.flatnonzero(wanted)
+    starts = np.concatenate([[0], np.cumsum(ends[used] - np.where(used > 0, ends[used - 1], 0))[:-1]])
+    first_rank = np.where(used > 0, ends[used - 1], 0)  # rank of each used bucket's smallest value
+    slot = np.searchsorted(used, home)
+    return vals[starts[slot] + ranks - first_rank[slot]]
 
 
 def _bucket(x: Tensor, inner: Tensor) -> Tensor:

@@ -640,3 +640,13 @@ def test_ties_on_quantised_rows_follow_argmax(k, n, seed):
     p = counts / counts.sum(1, keepdim=True)
     y = torch.randint(0, k, (n,), generator=g)
     assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
+
+
+@PROPS
+@given(st.integers(1, 200_000), st.integers(0, 3), st.integers(0, 10_000))
+def test_order_statistics_equal_a_full_sort(n, kind, seed):
+    rng = np.random.default_rng(seed)
+    x = [rng.random(n).astype(np.float32), (rng.integers(0, 5, n) / 4).astype(np.float32),
+         np.full(n, 0.5, np.float32), rng.beta(30, 1, n)][kind]
+    ranks = np.unique(rng.integers(0, n, 31))
+    assert np.array_equal(M._order_statistics(x, ranks), np.sort(x)[ranks])
