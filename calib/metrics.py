@@ -131,6 +131,9 @@ def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
     lows = torch.empty((n + step - 1) // step, dtype=p.dtype, device=p.device)
     narrow = k < 32  # a matrix-vector product sums narrow rows ~2x faster than sum(dim=1)
     ones = torch.ones(k, dtype=p.dtype, device=p.device) if narrow else None
+    tie_free = _tie_free(k, tol)
+    buf = torch.empty(0, dtype=p.dtype, device=p.device)
+    tied = []
     for i, start in enumerate(range(0, n, step)):
         stop = min(start + step, n)
         chunk = p[start:stop]
@@ -141,14 +144,46 @@ def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
             torch.sum(chunk, 1, out=rows[start:stop])
         torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
         torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
+        buf, rows_tied = _ties_in(chunk, y[start:stop], conf[start:stop], p_true[start:stop, 0], tie_free, buf)
+        if rows_tied is not None:
+            tied.append(rows_tied.add_(start))
     worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
     lo, hi = float(lows.amin()), float(conf.amax())
     problem = probs_error(name, worst, lo, hi, tol)
     if problem is not None:
         raise ValueError(problem)
     correct = p_true.squeeze(1).eq(conf)
-    _resolve_ties(p, y, conf, correct, tol)
+    if tied:  # rare outside quantised data: argmax settles which tied index comes first
+        rows_tied = torch.cat(tied)
+        first = p.index_select(0, rows_tied).argmax(dim=1)
+        correct.index_copy_(0, rows_tied, first.eq(y.index_select(0, rows_tied)))
     return _Checked(p, y, conf, correct)
+
+
+def _tie_free(k: int, atol: float) -> float:
+    """Above this confidence no row can have two maxima (half the largest valid row sum)."""
+    return 0.5 * (1 + atol + k * 1e-6)
+
+
+def _ties_in(
+    chunk: Tensor, y: Tensor, conf: Tensor, p_true: Tensor, tie_free: float, buf: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """Rows of ``chunk`` where ``p[i, y_i] == c_i`` might be a tie with an earlier index.
+
+    A tie needs another entry equal to ``c_i``: impossible above ``tie_free``, and an
+    earlier index needs ``y_i > 0``. For the remaining candidates the largest entry other
+    than ``p[i, y_i]`` (label set to -inf in a reused buffer, while the chunk is in cache)
+    equals ``c_i`` exactly when the maximum is tied. Returns the buffer and the tied rows.
+    """
+    cand = (p_true.eq(conf) & conf.le(tie_free) & y.gt(0)).nonzero().squeeze(1)
+    if not cand.numel():
+        return buf, None
+    if buf.numel() < cand.numel() * chunk.shape[1]:
+        buf = torch.empty(chunk.shape[0] * chunk.shape[1], dtype=chunk.dtype, device=chunk.device)
+    sub = torch.index_select(chunk, 0, cand, out=buf[:cand.numel() * chunk.shape[1]].view(-1, chunk.shape[1]))
+    others = sub.scatter_(1, y.index_select(0, cand)[:, None], -math.inf).amax(dim=1)
+    tied = cand[others.eq(conf.index_select(0, cand))]
+    return buf, (tied if tied.numel() else None)
 
 
 def _inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
@@ -194,7 +229,7 @@ def _resolve_ties(p: Tensor, y: Tensor, conf: Tensor, correct: Tensor, atol: flo
     slightly negative entries), and an earlier index needs ``y_i > 0``; only the
     remaining rows pay for an ``argmax``.
     """
-    tie_free = 0.5 * (1 + atol + p.shape[1] * 1e-6)
+    tie_free = _tie_free(p.shape[1], atol)
     maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
     if not maybe_tied.numel():
         return

@@ -650,3 +650,19 @@ def test_order_statistics_equal_a_full_sort(n, kind, seed):
          np.full(n, 0.5, np.float32), rng.beta(30, 1, n)][kind]
     ranks = np.unique(rng.integers(0, n, 31))
     assert np.array_equal(M._order_statistics(x, ranks), np.sort(x)[ranks])
+
+
+def test_fused_pass_chunking_does_not_change_results(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    counts = torch.randint(0, 3, (3000, 5), generator=g).double()
+    counts[counts.sum(1) == 0] = 1.0
+    p = counts / counts.sum(1, keepdim=True)  # many exact ties among maxima
+    y = torch.randint(0, 5, (3000,), generator=g)
+    whole = M.summary(p, y)
+    monkeypatch.setattr(M, "_SCAN_CHUNK", 64)  # 12 rows per chunk, many chunks
+    assert M.summary(p, y) == pytest.approx(whole, abs=1e-12)
+    assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
+    with pytest.raises(ValueError, match="NaN"):
+        q = p.clone()
+        q[2999, 3] = float("nan")
+        M.ece(q, y)
