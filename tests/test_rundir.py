@@ -280,3 +280,24 @@ def test_ctrl_c_during_start_up_exits_130_quietly(tmp_path):
         _, err = proc.communicate(timeout=300)
         assert proc.returncode == 130, err[-2000:]
         assert "Traceback" not in err, err[-2000:]
+
+
+def test_resume_with_another_process_count_is_a_checkpoint_error(tmp_path):
+    from calib.train import CheckpointError
+
+    Trainer(_config(tmp_path / "run", epochs=1)).fit()
+    other = Trainer(_config(tmp_path / "run", epochs=1))
+    other.train_loader.batch_size = 32  # what each of 2 processes holds for a global batch of 64
+    with pytest.raises(CheckpointError, match="number of processes"):
+        other.load_checkpoint(tmp_path / "run" / CHECKPOINT_FILE)
+
+
+def test_temperature_at_its_clip_limit_is_a_warning(capsys):
+    from calib.__main__ import _result_warnings
+
+    base = {"pre_ts": {"accuracy": 0.9}}
+    _result_warnings({**base, "temperature": 1000.0}, 10)
+    _result_warnings({**base, "temperature": 1e-3}, 10)
+    _result_warnings({**base, "temperature": 1.5}, 10)
+    err = capsys.readouterr().err
+    assert err.count("clip limit") == 2 and "chance" not in err
