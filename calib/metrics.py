@@ -25,6 +25,7 @@ the cost is a few passes over the data: no Python loop over samples or bins.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
@@ -94,6 +95,25 @@ _COMPARE_MAX_EDGES = 32
 # --------------------------------------------------------------------------- inputs
 
 
+@contextlib.contextmanager
+def _serial(device: torch.device):
+    """One intra-op thread on CPU for loops of many small ops (restored afterwards).
+
+    Each parallel region of a chunk-sized op waits for every pool thread; on a shared
+    machine one descheduled thread costs a whole time slice per region, so loops over
+    cache-sized chunks run serially (the whole-array ops around them stay parallel).
+    """
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
 @dataclass(frozen=True)
 class _Checked:
     """Validated predictions and their top label, from one fused pass (:func:`_scan`)."""
@@ -129,24 +149,12 @@ def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
     p_true = torch.empty(n, 1, dtype=p.dtype, device=p.device)
     step = max(1, _SCAN_CHUNK // k)
     lows = torch.empty((n + step - 1) // step, dtype=p.dtype, device=p.device)
-    narrow = k < 32  # a matrix-vector product sums narrow rows ~2x faster than sum(dim=1)
-    ones = torch.ones(k, dtype=p.dtype, device=p.device) if narrow else None
+    ones = torch.ones(k, dtype=p.dtype, device=p.device) if k < 32 else None
     tie_free = _tie_free(k, tol)
     buf = torch.empty(0, dtype=p.dtype, device=p.device)
     tied = []
-    for i, start in enumerate(range(0, n, step)):
-        stop = min(start + step, n)
-        chunk = p[start:stop]
-        torch.amax(chunk, 1, out=conf[start:stop])
-        if narrow:
-            torch.mv(chunk, ones, out=rows[start:stop])
-        else:
-            torch.sum(chunk, 1, out=rows[start:stop])
-        torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
-        torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
-        buf, rows_tied = _ties_in(chunk, y[start:stop], conf[start:stop], p_true[start:stop, 0], tie_free, buf)
-        if rows_tied is not None:
-            tied.append(rows_tied.add_(start))
+    with _serial(p.device):
+        buf = _scan_chunks(p, y, step, conf, rows, p_true, lows, ones, tie_free, buf, tied)
     worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
     lo, hi = float(lows.amin()), float(conf.amax())
     problem = probs_error(name, worst, lo, hi, tol)
@@ -158,6 +166,27 @@ def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
         first = p.index_select(0, rows_tied).argmax(dim=1)
         correct.index_copy_(0, rows_tied, first.eq(y.index_select(0, rows_tied)))
     return _Checked(p, y, conf, correct)
+
+
+def _scan_chunks(
+    p: Tensor, y: Tensor, step: int, conf: Tensor, rows: Tensor, p_true: Tensor, lows: Tensor,
+    ones: Tensor | None, tie_free: float, buf: Tensor, tied: list[Tensor],
+) -> Tensor:
+    """The chunk loop of :func:`_scan`: fills ``conf``, ``rows``, ``p_true``, ``lows``, ``tied``."""
+    for i, start in enumerate(range(0, p.shape[0], step)):
+        stop = min(start + step, p.shape[0])
+        chunk = p[start:stop]
+        torch.amax(chunk, 1, out=conf[start:stop])
+        if ones is not None:  # narrow rows: a matrix-vector product sums ~2x faster than sum(dim=1)
+            torch.mv(chunk, ones, out=rows[start:stop])
+        else:
+            torch.sum(chunk, 1, out=rows[start:stop])
+        torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
+        torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
+        buf, rows_tied = _ties_in(chunk, y[start:stop], conf[start:stop], p_true[start:stop, 0], tie_free, buf)
+        if rows_tied is not None:
+            tied.append(rows_tied.add_(start))
+    return buf
 
 
 def _tie_free(k: int, atol: float) -> float:
@@ -542,13 +571,14 @@ def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
     # float64 inputs are summed in float64; float32 ones in float32 over blocks of at most
     # _SUM_CHUNK rows with float64 totals (as in _binned_sum: ~1e-8 relative, tested)
     rows = max(1, min(_CHUNK // k, _SUM_CHUNK))
-    for start in range(0, n, rows):
-        pc = p[start:start + rows].contiguous()
-        col += pc.sum(dim=0).double()
-        if n_bins > 1:
-            v, where = _above_first_edge(pc, e1, closed)
-            cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
-            psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+    with _serial(p.device):
+        for start in range(0, n, rows):
+            pc = p[start:start + rows].contiguous()
+            col += pc.sum(dim=0).double()
+            if n_bins > 1:
+                v, where = _above_first_edge(pc, e1, closed)
+                cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
+                psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
     psum = psum.view(k, n_bins)
     psum[:, 0] = col - psum[:, 1:].sum(dim=1)  # bin 0 holds every entry not selected above
     label_cells = y.mul(n_bins).add_(_bin_index(_at_label(p, y), n_bins, closed))
