@@ -15,17 +15,33 @@ Examples::
     python -m calib sweep --data digits --model mlp --loss ce --loss focal:gamma=3 \\
         --loss bsce_gra:gamma=4,norm=2 --seeds 0,1,2 --out runs/grid [--shard 1/2]
 
-Exit codes: 0 done, 2 bad arguments (with a message naming the problem), 130/143 stopped
-by SIGINT/SIGTERM after writing a checkpoint (rerun with ``--resume``).
+Exit codes: 0 done, 1 the run failed (diverged, disk full, ...), 2 bad arguments or an
+unusable run directory (with a message naming the problem), 130/143 stopped by
+SIGINT/SIGTERM (after writing a checkpoint once training runs: rerun with ``--resume``).
+Every failure is one line on stderr; ``--debug`` or ``CALIB_DEBUG=1`` shows the traceback.
 """
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl-C while torch is still importing: leave quietly with 130
+    import os as _os
+    import signal as _signal
+
+    def _startup_interrupt(signum: int, frame: object) -> None:
+        _os._exit(130)
+
+    _signal.signal(_signal.SIGINT, _startup_interrupt)
+
 import argparse
+import contextlib
 import json
+import os
+import signal
 import sys
 from typing import Any, Sequence
 
 from . import profile as _profile
+
+DEBUG_ENV = "CALIB_DEBUG"
 
 LOSS_OPTIONS = ("gamma", "norm", "epsilon", "alpha", "lam")
 
@@ -189,7 +205,9 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     else:
         r.add_argument("--out", required=True, help="run directory to write")
         r.add_argument("--resume", action="store_true",
-                       help="continue the checkpoint in --out (starts afresh if none)")
+                       help="continue the run in --out (which must exist; starts afresh if it holds no checkpoint)")
+        r.add_argument("--overwrite", action="store_true",
+                       help="train again over a run of the same configuration in --out (never another one's)")
     r.add_argument("--amp", nargs="?", const="auto", default="off", choices=("off", "auto", "bf16", "fp16"),
                    help="mixed precision on CUDA (bare --amp = bf16 where supported, else fp16); loss stays float32")
     r.add_argument("--compile", action="store_true", help="torch.compile the model")
@@ -218,6 +236,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Train and evaluate calibrated classifiers (the calib textbook's trainer).",
         epilog="Run 'python -m calib train --help' for every training option.",
     )
+    parser.add_argument("--debug", action="store_true",
+                        help=f"show the full traceback of a failure (also: {DEBUG_ENV}=1)")
     sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,sweep,fake-data}")
     sub.required = True
 
@@ -269,7 +289,7 @@ def cmd_fake_data(args: argparse.Namespace) -> int:
     try:
         names = fake.write_all(args.dir, args.only)
     except (ValueError, TypeError, OSError) as exc:
-        args.subparser.error(str(exc))
+        _fail(args.subparser, str(exc))
     print(f"wrote {', '.join(names)} under {args.dir}")
     return 0
 
@@ -335,33 +355,99 @@ def _check_names(config: Any) -> None:
         raise ValueError(f"--loss {config.loss!r} is not a loss; choose one of {', '.join(names())}")
 
 
+def _fail(sub: argparse.ArgumentParser, message: str) -> None:
+    """Exit 2 with one line naming the problem (argparse's format, without the usage block)."""
+    print(f"{sub.prog}: error: {' '.join(message.split())}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _warn(text: str) -> None:
+    print(f"calib: warning: {text}", file=sys.stderr)
+
+
+def _schedule_warnings(config: Any, trainer: Any) -> None:
+    """Settings that run but probably do not do what was meant (warnings, not errors)."""
+    if late := [m for m in config.milestones if m >= config.epochs]:
+        _warn(f"--milestones {','.join(map(str, late))} at or beyond --epochs {config.epochs} never take effect")
+    train_y = getattr(getattr(trainer, "data", None), "train_y", None)
+    n_train = int(train_y.shape[0]) if train_y is not None else 0
+    if n_train and config.batch_size > n_train:
+        _warn(f"--batch-size {config.batch_size} is larger than the training set ({n_train} samples): "
+              "one smaller batch per epoch")
+
+
+def _result_warnings(metrics: dict[str, Any], num_classes: int | None) -> None:
+    from .posthoc import _T_LIMIT
+
+    t = metrics["temperature"]
+    if t >= _T_LIMIT * (1 - 1e-9) or t <= (1 / _T_LIMIT) * (1 + 1e-9):
+        _warn(f"the fitted temperature {t:g} sits at its clip limit [{1 / _T_LIMIT:g}, {_T_LIMIT:g}]: the "
+              "validation logits carry (almost) no information about the labels, or separate them perfectly")
+    acc = metrics["pre_ts"]["accuracy"]
+    if num_classes and acc <= 1.0 / num_classes + 0.01:
+        _warn(f"test accuracy {acc:.4f} is at chance level (1/K = {1 / num_classes:.4f}): the model learned "
+              "nothing; check the data, the learning rate and the number of epochs")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     """Build the config and trainer (bad input: exit 2), train, print the headline numbers."""
+    from . import rundir
     from .data import DownloadError
-    from .train import CheckpointError, TrainingInterrupted
+    from .train import CheckpointError, TrainingDiverged, TrainingInterrupted
 
     sub = args.subparser
     try:
+        out = rundir.check_out(args.out)
         config = config_from_args(args)
         _check_names(config)
         cls = _trainer_class(config.meta)
-        trainer = cls(config)
-    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, DownloadError) as exc:
-        sub.error(str(exc))
-    if config.progress is not False:
-        print(_profile.describe(), file=sys.stderr)
-    try:
-        metrics = trainer.fit(resume=args.resume)
-    except (FileExistsError, CheckpointError) as exc:
-        sub.error(str(exc))
-    except TrainingInterrupted as exc:
-        print(f"calib: {exc}", file=sys.stderr)
-        return 128 + int(exc.signum)
+    except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, rundir.RunDirError) as exc:
+        _fail(sub, str(exc))
+    with contextlib.ExitStack() as stack:
+        if int(os.environ.get("RANK", "0")) == 0:  # rank 0 owns the run directory
+            try:
+                if args.resume and not out.exists():  # before the lock creates it
+                    rundir.check_owner(out, {}, identity_of=dict, resume=True)
+                stack.enter_context(rundir.lock(out, what="train"))
+                _claim(out, config, args)
+            except rundir.RunDirError as exc:
+                _fail(sub, str(exc))
+        try:
+            trainer = cls(config)
+        except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, DownloadError) as exc:
+            _fail(sub, str(exc))
+        _schedule_warnings(config, trainer)
+        if config.progress is not False:
+            print(_profile.describe(), file=sys.stderr)
+        try:
+            metrics = trainer.fit(resume=args.resume)
+        except (FileExistsError, CheckpointError) as exc:
+            _fail(sub, str(exc))
+        except TrainingDiverged as exc:
+            if _debug(args):
+                raise
+            print(f"calib: error: {exc}", file=sys.stderr)
+            return 1
+        except TrainingInterrupted as exc:
+            print(f"calib: {exc}", file=sys.stderr)
+            return 128 + int(exc.signum)
     if trainer.is_main:
         pre, post = metrics["pre_ts"], metrics["post_ts"]
         print(f"test accuracy {pre['accuracy']:.4f} | ECE {100 * pre['ece']:.2f}% -> "
               f"{100 * post['ece']:.2f}% after TS (T = {metrics['temperature']:.3f}) | run: {config.out}")
+        _result_warnings(metrics, getattr(trainer, "num_classes", None))
     return 0
+
+
+def _claim(out: Any, config: Any, args: argparse.Namespace) -> None:
+    """Check that ``out`` is this run's to write (calib.rundir.check_owner); clear it for --overwrite."""
+    from . import rundir
+    from .train import TrainConfig
+
+    state = rundir.check_owner(out, config.identity(), identity_of=lambda d: TrainConfig.from_dict(d).identity(),
+                               resume=args.resume, overwrite=args.overwrite)
+    if state == "overwrite":
+        rundir.clear_run(out)
 
 
 def cmd_evaluate(args: argparse.Namespace) -> int:
@@ -373,7 +459,7 @@ def cmd_evaluate(args: argparse.Namespace) -> int:
         metrics = evaluate_run(args.run_dir, n_bins=args.n_bins, ts_method=args.ts_method,
                                ts_grid_step=args.ts_grid_step)
     except (ValueError, TypeError, FileNotFoundError) as exc:
-        sub.error(str(exc))
+        _fail(sub, str(exc))
     print(json.dumps(metrics, indent=2, sort_keys=True))
     return 0
 
@@ -392,7 +478,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                               model=args.model or ["mlp"], preset=args.preset, profile=args.profile, **overrides)
             sw.parse_shard(args.shard)
         except sw.SweepError as exc:
-            sub.error(str(exc))
+            _fail(sub, str(exc))
         print(sw.describe_plan(planned))
         return 0
     if show:
@@ -402,7 +488,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           model=args.model or ["mlp"], shard=args.shard, merge=args.merge, progress=show,
                           preset=args.preset, profile=args.profile, **overrides)
     except (sw.SweepError, CheckpointError) as exc:
-        sub.error(str(exc))
+        _fail(sub, str(exc))
     except TrainingInterrupted as exc:
         print(f"calib: {exc}; rerun the same command to resume the sweep", file=sys.stderr)
         return 128 + int(exc.signum)
@@ -412,11 +498,46 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def _debug(args: argparse.Namespace | None) -> bool:
+    env = os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no", "off")
+    return env or bool(getattr(args, "debug", False))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    if isinstance(exc, OSError) and exc.filename and str(exc.filename) not in text:
+        text = f"{text}: {exc.filename}"
+    return text
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Parse ``argv`` and run the subcommand; every failure becomes one line and an exit code.
+
+    Argument and run-directory problems exit 2 (argparse style), a failed run exits 1, and
+    Ctrl-C exits 130 without a traceback; ``--debug``/``CALIB_DEBUG=1`` re-raises instead.
+    """
+    if signal.getsignal(signal.SIGINT) is globals().get("_startup_interrupt"):
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # start-up is over
+    args = None
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
         return args.run(args)
+    except KeyboardInterrupt:
+        if _debug(args):
+            raise
+        print("calib: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the one place that turns failures into a line
+        from .rundir import RunDirError
+
+        if _debug(args):
+            raise
+        code = 2 if isinstance(exc, RunDirError) else 1
+        kind = "" if isinstance(exc, (RunDirError, ValueError, OSError)) else f"{type(exc).__name__}: "
+        hint = "" if code == 2 else f" (--debug or {DEBUG_ENV}=1 for the traceback)"
+        print(f"calib: error: {kind}{_one_line(exc)}{hint}", file=sys.stderr)
+        return code
     finally:
         if "torch.distributed" in sys.modules:
             import torch.distributed as dist

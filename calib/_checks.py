@@ -49,6 +49,8 @@ def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> t
             t = torch.as_tensor(np.asarray(x))
         except (TypeError, ValueError) as exc:
             raise TypeError(f"{name} must be a torch.Tensor or numpy array: {exc}") from None
+    if t.is_complex():
+        raise TypeError(f"{name} must be real numbers, got complex dtype {t.dtype}")
     if dtype is not None:
         t = t.to(dtype)
     return t
@@ -80,6 +82,42 @@ def _check_nk_shape(t: torch.Tensor, name: str) -> None:
         raise ValueError(f"{name} is empty (N = 0)")
     if t.shape[1] < 2:
         raise ValueError(f"{name} must have at least 2 classes (K >= 2), got K = {t.shape[1]}")
+
+
+check_nk_shape = _check_nk_shape
+
+#: Row-sum tolerance of probabilities in float32/float64 (and integer inputs).
+ROW_SUM_ATOL = 1e-3
+
+
+def row_sum_tolerance(dtype: torch.dtype, atol: float = ROW_SUM_ATOL) -> float:
+    """How far a row of probabilities in ``dtype`` may sum from 1: ``atol``, or wider for half.
+
+    Rounding each entry of a row that sums to 1 moves the sum by at most ``eps / 2``
+    (relative rounding error times the entries' total), so bfloat16 (``eps = 2^-7``) and
+    float16 (``eps = 2^-10``) rows get ``max(atol, 2 eps)``: 0.0156 and 0.002.
+    """
+    if dtype in (torch.float16, torch.bfloat16):
+        return max(atol, 2 * torch.finfo(dtype).eps)
+    return atol
+
+
+def probs_error(name: str, worst_row_dev: float, lo: float, hi: float, atol: float) -> str | None:
+    """The message for probabilities with these statistics, or None when they are fine.
+
+    ``worst_row_dev`` is ``max_i |sum_k p_ik - 1|`` (NaN/inf when any entry is), ``lo``/``hi``
+    the smallest and largest entry. Only values outside [0, 1], which probabilities
+    cannot have and logits usually do, get the hint to pass ``softmax(logits)``.
+    """
+    if not np.isfinite(worst_row_dev):
+        return f"{name} contains NaN or inf values"
+    if lo < -1e-6 or hi > 1 + 1e-6:
+        return (f"{name} must be probabilities in [0, 1]; got values in [{lo:.4g}, {hi:.4g}] "
+                "(these look like logits: pass softmax(logits), not logits)")
+    if worst_row_dev > atol:
+        return (f"{name} rows must sum to 1 (largest deviation {worst_row_dev:.3g}, tolerance "
+                f"{atol:.3g}); normalise each row, e.g. divide by its sum")
+    return None
 
 
 def check_probs(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-3) -> torch.Tensor:
@@ -170,15 +208,17 @@ def check_nonnegative(value: Any, name: str) -> float:
     return float(value)
 
 
-def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-3) -> torch.Tensor:
+def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = ROW_SUM_ATOL) -> torch.Tensor:
     """:func:`check_probs` in two passes over ``(N, K)``, for metrics on millions of rows.
 
-    Same contract and messages: a non-empty ``(N, K)`` floating tensor (K >= 2), finite,
-    entries in [0, 1] (1e-6 slack), rows summing to 1 within ``atol``. NaN and inf
-    surface through the row sums, so no separate ``isfinite`` pass over every entry is
-    needed; the range comes from one ``aminmax``. Half precision is promoted to float32.
+    Same contract: a non-empty ``(N, K)`` real tensor (K >= 2), finite, entries in [0, 1]
+    (1e-6 slack), rows summing to 1 within ``atol`` (wider for half precision, see
+    :func:`row_sum_tolerance`); messages from :func:`probs_error`. NaN and inf surface
+    through the row sums, so no separate ``isfinite`` pass over every entry is needed; the
+    range comes from one ``aminmax``. Half precision is promoted to float32.
     """
     p = as_tensor(probs, name)
+    tol = row_sum_tolerance(p.dtype, atol)
     if not p.is_floating_point():
         p = p.to(torch.get_default_dtype())
     elif p.dtype in (torch.float16, torch.bfloat16):
@@ -188,25 +228,17 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = 1e-
     # Row sums: a matrix-vector product is ~2x faster than sum(dim=1) for narrow rows.
     rows = torch.mv(d, torch.ones(d.shape[1], dtype=d.dtype, device=d.device)) if d.shape[1] < 32 else d.sum(dim=1)
     worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
-    if not np.isfinite(worst):
-        raise ValueError(f"{name} contains NaN or inf values")
-    lo, hi = torch.aminmax(d)
-    if float(lo) < -1e-6 or float(hi) > 1 + 1e-6:
-        raise ValueError(
-            f"{name} must be probabilities in [0, 1]; got values in "
-            f"[{float(lo):.4g}, {float(hi):.4g}] (pass softmax(logits), not logits)"
-        )
-    if worst > atol:
-        raise ValueError(
-            f"{name} rows must sum to 1 (largest deviation {worst:.3g}); "
-            "pass softmax(logits), not logits or unnormalised scores"
-        )
+    lo, hi = torch.aminmax(d) if np.isfinite(worst) else (worst, worst)
+    problem = probs_error(name, worst, float(lo), float(hi), tol)
+    if problem is not None:
+        raise ValueError(problem)
     return p
 
 
 def check_positive(value: Any, name: str) -> float:
-    """A finite number > 0."""
-    v = check_nonnegative(value, name)
-    if v == 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
-    return v
+    """A finite number > 0 (the message says "> 0" for zero and negative values alike)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
+    if not np.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return float(value)

@@ -25,6 +25,7 @@ the cost is a few passes over the data: no Python loop over samples or bins.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
@@ -32,7 +33,17 @@ from typing import Callable, Literal, Sequence
 import numpy as np
 import torch
 
-from ._checks import ArrayLike, as_tensor, check_labels, check_positive_int, check_probs_fast, check_positive
+from ._checks import (
+    ArrayLike,
+    as_tensor,
+    check_labels,
+    check_probs_fast,
+    check_nk_shape,
+    check_positive,
+    check_positive_int,
+    probs_error,
+    row_sum_tolerance,
+)
 from . import _checks
 
 __all__ = [
@@ -67,22 +78,151 @@ NLL_EPS = 1e-12
 FIG5_BINS = (10, 20, 50, 100, 200, 500, 1000)
 # Entries of (N, K) processed at once by classwise ECE and SECE (bounds memory).
 _CHUNK = 1 << 22
-# Row-sum tolerance of the probability check (calib._checks.check_probs_fast default).
+# Entries per chunk of the fused validation + top-label pass (_scan): 4 MiB of
+# float32 (within L3), so the row max, row sum, minimum and label pick mostly hit the
+# cache, in few enough chunks that per-call overhead stays small.
+_SCAN_CHUNK = 1 << 20
+# Row-sum tolerance of the probability check (calib._checks.check_probs_fast default);
+# half precision gets a wider one (calib._checks.row_sum_tolerance).
 _ROW_SUM_ATOL = 1e-3
 # Samples per chunk of the float32 per-bin sums in ECE (see _binned_sum).
 _SUM_CHUNK = 1 << 12
 # Above this many bins, bin indices come from torch.bucketize instead of arithmetic.
 _ARITH_MAX_BINS = 1 << 16
+# Most bins (times classes, for Classwise-ECE) a metric allocates: 2^24 float64 cells
+# are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
+_MAX_BIN_CELLS = 1 << 24
+# Adaptive bins: up to this many edges, bin indices come from comparisons, not a search.
+_COMPARE_MAX_EDGES = 32
 
 
 # --------------------------------------------------------------------------- inputs
 
 
+@contextlib.contextmanager
+def _serial(device: torch.device):
+    """One intra-op thread on CPU for loops of many small ops (restored afterwards).
+
+    Each parallel region of a chunk-sized op waits for every pool thread; on a shared
+    machine one descheduled thread costs a whole time slice per region, so loops over
+    cache-sized chunks run serially (the whole-array ops around them stay parallel).
+    """
+    n = torch.get_num_threads()
+    if device.type != "cpu" or n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """Validated predictions and their top label, from one fused pass (:func:`_scan`)."""
+
+    p: Tensor  # (N, K) probabilities (half precision promoted to float32), detached
+    y: Tensor  # (N,) int64 labels on p's device
+    conf: Tensor  # (N,) top-label confidence max_k p_ik
+    correct: Tensor  # (N,) bool, argmax_k p_ik == y_i (first of tied maxima, as argmax)
+
+
+def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
+    """Validate ``probs``/``labels`` and find the top label in one pass over ``(N, K)``.
+
+    The same contract as :func:`calib._checks.check_probs_fast` (finite, entries in
+    [0, 1] up to 1e-6, rows summing to 1 within :func:`calib._checks.row_sum_tolerance`),
+    but the row maxima, row sums, the minimum and ``p[i, y_i]`` are computed chunk by
+    chunk (``_SCAN_CHUNK`` entries), so each chunk is read from memory once and the other
+    reductions hit the cache. NaN propagates through the row maxima and sums, inf through
+    the range, so no separate finiteness pass is needed.
+    """
+    p = as_tensor(probs, name)
+    tol = row_sum_tolerance(p.dtype)
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    check_nk_shape(p, name)
+    p = p.detach()
+    n, k = p.shape
+    y = check_labels(labels, n, k, "labels").to(p.device)
+    conf = torch.empty(n, dtype=p.dtype, device=p.device)
+    rows = torch.empty(n, dtype=p.dtype, device=p.device)
+    p_true = torch.empty(n, 1, dtype=p.dtype, device=p.device)
+    step = max(1, _SCAN_CHUNK // k)
+    lows = torch.empty((n + step - 1) // step, dtype=p.dtype, device=p.device)
+    ones = torch.ones(k, dtype=p.dtype, device=p.device) if k < 32 else None
+    tie_free = _tie_free(k, tol)
+    buf = torch.empty(0, dtype=p.dtype, device=p.device)
+    tied = []
+    with _serial(p.device):
+        buf = _scan_chunks(p, y, step, conf, rows, p_true, lows, ones, tie_free, buf, tied)
+    worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
+    lo, hi = float(lows.amin()), float(conf.amax())
+    problem = probs_error(name, worst, lo, hi, tol)
+    if problem is not None:
+        raise ValueError(problem)
+    correct = p_true.squeeze(1).eq(conf)
+    if tied:  # rare outside quantised data: argmax settles which tied index comes first
+        rows_tied = torch.cat(tied)
+        first = p.index_select(0, rows_tied).argmax(dim=1)
+        correct.index_copy_(0, rows_tied, first.eq(y.index_select(0, rows_tied)))
+    return _Checked(p, y, conf, correct)
+
+
+def _scan_chunks(
+    p: Tensor, y: Tensor, step: int, conf: Tensor, rows: Tensor, p_true: Tensor, lows: Tensor,
+    ones: Tensor | None, tie_free: float, buf: Tensor, tied: list[Tensor],
+) -> Tensor:
+    """The chunk loop of :func:`_scan`: fills ``conf``, ``rows``, ``p_true``, ``lows``, ``tied``."""
+    for i, start in enumerate(range(0, p.shape[0], step)):
+        stop = min(start + step, p.shape[0])
+        chunk = p[start:stop]
+        torch.amax(chunk, 1, out=conf[start:stop])
+        if ones is not None:  # narrow rows: a matrix-vector product sums ~2x faster than sum(dim=1)
+            torch.mv(chunk, ones, out=rows[start:stop])
+        else:
+            torch.sum(chunk, 1, out=rows[start:stop])
+        torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
+        torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
+        buf, rows_tied = _ties_in(chunk, y[start:stop], conf[start:stop], p_true[start:stop, 0], tie_free, buf)
+        if rows_tied is not None:
+            tied.append(rows_tied.add_(start))
+    return buf
+
+
+def _tie_free(k: int, atol: float) -> float:
+    """Above this confidence no row can have two maxima (half the largest valid row sum)."""
+    return 0.5 * (1 + atol + k * 1e-6)
+
+
+def _ties_in(
+    chunk: Tensor, y: Tensor, conf: Tensor, p_true: Tensor, tie_free: float, buf: Tensor
+) -> tuple[Tensor, Tensor | None]:
+    """Rows of ``chunk`` where ``p[i, y_i] == c_i`` might be a tie with an earlier index.
+
+    A tie needs another entry equal to ``c_i``: impossible above ``tie_free``, and an
+    earlier index needs ``y_i > 0``. For the remaining candidates the largest entry other
+    than ``p[i, y_i]`` (label set to -inf in a reused buffer, while the chunk is in cache)
+    equals ``c_i`` exactly when the maximum is tied. Returns the buffer and the tied rows.
+    """
+    cand = (p_true.eq(conf) & conf.le(tie_free) & y.gt(0)).nonzero().squeeze(1)
+    if not cand.numel():
+        return buf, None
+    if buf.numel() < cand.numel() * chunk.shape[1]:
+        buf = torch.empty(chunk.shape[0] * chunk.shape[1], dtype=chunk.dtype, device=chunk.device)
+    sub = torch.index_select(chunk, 0, cand, out=buf[:cand.numel() * chunk.shape[1]].view(-1, chunk.shape[1]))
+    others = sub.scatter_(1, y.index_select(0, cand)[:, None], -math.inf).amax(dim=1)
+    tied = cand[others.eq(conf.index_select(0, cand))]
+    return buf, (tied if tied.numel() else None)
+
+
 def _inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
     """Validated ``(probs, labels)``: probabilities ``(N, K)`` and int64 labels on one device."""
-    p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
-    return p.detach(), y
+    c = _scan(probs, labels)
+    return c.p, c.y
 
 
 def _check_closed(closed: str) -> str:
@@ -100,24 +240,58 @@ def _at_label(p: Tensor, y: Tensor) -> Tensor:
     return p.view(-1).index_select(0, flat)
 
 
-def _top_label(p: Tensor, y: Tensor) -> tuple[Tensor, Tensor]:
+def _top_label(p: Tensor, y: Tensor, atol: float = _ROW_SUM_ATOL) -> tuple[Tensor, Tensor]:
     """Top-label confidence ``c_i = max_k p_ik`` and correctness ``1[argmax_k p_ik = y_i]``.
 
     ``argmax`` returns the first of tied maxima, so ``pi_i`` is ``p_{i,y_i} = c_i`` with no
-    earlier index reaching ``c_i``. A tie needs two entries equal to ``c_i``, impossible
-    when ``c_i`` exceeds half the largest row sum that validation lets through, and an
-    earlier index needs ``y_i > 0``; only the remaining rows pay for an ``argmax``. On CPU,
-    ``amax`` plus a select of ``p[i, y_i]`` costs about half of ``max(dim=1)`` with its
-    index bookkeeping (``benchmarks/metrics.py``).
+    earlier index reaching ``c_i`` (:func:`_resolve_ties`). On CPU, ``amax`` plus a select
+    of ``p[i, y_i]`` costs about half of ``max(dim=1)`` with its index bookkeeping
+    (``benchmarks/metrics.py``). Validated inputs get both from :func:`_scan` instead.
     """
     conf = p.amax(dim=1)
     correct = _at_label(p, y).eq(conf)
-    tie_free = 0.5 * (1 + _ROW_SUM_ATOL + p.shape[1] * 1e-6)
-    maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
-    if maybe_tied.numel():
-        first = p.index_select(0, maybe_tied).argmax(dim=1)
-        correct.index_copy_(0, maybe_tied, first.eq(y.index_select(0, maybe_tied)))
+    _resolve_ties(p, y, conf, correct, atol)
     return conf, correct
+
+
+def _resolve_ties(p: Tensor, y: Tensor, conf: Tensor, correct: Tensor, atol: float) -> None:
+    """Set ``correct[i]`` to ``argmax_k p_ik == y_i`` where ``p[i, y_i] == c_i`` may be a tie.
+
+    A tie needs two entries equal to ``c_i``, impossible when ``c_i`` exceeds half the
+    largest row sum that validation lets through (``1 + atol``, plus ``K * 1e-6`` for
+    slightly negative entries), and an earlier index needs ``y_i > 0``; only the
+    remaining rows pay for an ``argmax``.
+    """
+    tie_free = _tie_free(p.shape[1], atol)
+    maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
+    if not maybe_tied.numel():
+        return
+    # the largest entry other than p[i, y_i] equals c_i only if the maximum is tied; rows are
+    # copied a block at a time into one reused buffer (fresh large buffers cost page faults)
+    block = max(1, _SCAN_CHUNK // p.shape[1])
+    buf = torch.empty(min(block, maybe_tied.numel()), p.shape[1], dtype=p.dtype, device=p.device)
+    for start in range(0, maybe_tied.numel(), block):
+        rows = maybe_tied[start:start + block]
+        y_rows = y.index_select(0, rows)
+        sub = torch.index_select(p, 0, rows, out=buf[:rows.numel()])
+        others = sub.scatter_(1, y_rows[:, None], -math.inf).amax(dim=1)
+        tied = others.eq(conf.index_select(0, rows)).nonzero().squeeze(1)
+        if tied.numel():  # rare outside quantised data: argmax settles which index comes first
+            first = p.index_select(0, rows.index_select(0, tied)).argmax(dim=1)
+            correct.index_copy_(0, rows.index_select(0, tied), first.eq(y_rows.index_select(0, tied)))
+
+
+def _check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
+    """A positive int whose bins (``cells`` per bin, e.g. K classes) fit in memory."""
+    n_bins = check_positive_int(n_bins, name)
+    if n_bins * cells > _MAX_BIN_CELLS:
+        per = f" x {cells} classes" if cells > 1 else ""
+        raise ValueError(
+            f"{name} = {n_bins:,} is too large: {n_bins:,}{per} bins would need "
+            f"{8 * n_bins * cells / 2**30:.1f} GiB of float64 sums; use at most "
+            f"{_MAX_BIN_CELLS // cells:,} bins"
+        )
+    return n_bins
 
 
 # --------------------------------------------------------------------------- binning
@@ -151,20 +325,74 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     """Equal-mass bin edges: the ``n_bins + 1`` quantiles of ``conf``, linearly interpolated.
 
     The edge ``j`` is the sorted confidence at fractional position ``j * N / n_bins``
-    (clamped to the last sample), as in the AdaECE code of 004. CPU tensors are sorted by
-    numpy, which is several times faster than ``torch.sort`` there.
+    (clamped to the last sample), as in the AdaECE code of 004. Only those ``2 (n_bins +
+    1)`` order statistics are needed, so on CPU numpy's ``partition`` (introselect, O(N))
+    finds them instead of a full sort; the values are the same.
     """
     n = conf.numel()
-    if conf.device.type == "cpu":
-        s = torch.from_numpy(np.sort(conf.numpy()))
-    else:
-        s = torch.sort(conf).values
     pos = torch.linspace(0, n, n_bins + 1, dtype=torch.float64).clamp_(max=n - 1)
     i0 = pos.floor().long()
     i1 = (i0 + 1).clamp_(max=n - 1)
-    frac = (pos - i0).to(s.device)
-    lo, hi = s[i0.to(s.device)].double(), s[i1.to(s.device)].double()
+    frac = pos - i0
+    if conf.device.type == "cpu":
+        ranks = np.unique(np.concatenate([i0.numpy(), i1.numpy()]))
+        at = dict(zip(ranks.tolist(), _order_statistics(conf.numpy(), ranks).tolist()))
+        lo = torch.tensor([at[i] for i in i0.tolist()], dtype=torch.float64)
+        hi = torch.tensor([at[i] for i in i1.tolist()], dtype=torch.float64)
+    else:
+        s = torch.sort(conf).values.cpu()
+        lo, hi = s[i0].double(), s[i1].double()
     return (lo + frac * (hi - lo)).to(conf.dtype).to(conf.device)
+
+
+# Buckets of the coarse histogram that locates order statistics (_order_statistics).
+_SELECT_BUCKETS = 4096
+
+
+def _order_statistics(x: np.ndarray, ranks: np.ndarray) -> np.ndarray:
+    """``np.sort(x)[ranks]`` without sorting: a histogram locates each rank, then only the
+    few buckets holding the requested ranks are sorted.
+
+    Bucket ``floor((x - min) * B / (max - min))`` is non-decreasing in ``x`` (rounding is
+    monotone), so bucket order is value order and the values returned are exact elements
+    of ``x``: a few vectorised passes instead of a full ``O(N log N)`` sort.
+    """
+    n = x.size
+    if n <= 8 * _SELECT_BUCKETS:
+        return np.sort(x)[ranks]
+    lo, hi = float(x.min()), float(x.max())
+    if lo == hi:
+        return np.full(ranks.shape, x.dtype.type(lo))
+    scale = _SELECT_BUCKETS / (hi - lo)
+    bucket = np.minimum(((x - x.dtype.type(lo)) * x.dtype.type(scale)).astype(np.int64), _SELECT_BUCKETS - 1)
+    ends = np.cumsum(np.bincount(bucket, minlength=_SELECT_BUCKETS))  # ranks below the end of each bucket
+    home = np.searchsorted(ends, ranks, side="right")  # bucket holding each rank
+    wanted = np.zeros(_SELECT_BUCKETS, dtype=bool)
+    wanted[home] = True
+    pick = wanted[bucket]
+    vals, where = x[pick], bucket[pick]
+    order = np.lexsort((vals, where))  # by bucket, then value
+    vals = vals[order]
+    used = np.flatnonzero(wanted)
+    starts = np.concatenate([[0], np.cumsum(ends[used] - np.where(used > 0, ends[used - 1], 0))[:-1]])
+    first_rank = np.where(used > 0, ends[used - 1], 0)  # rank of each used bucket's smallest value
+    slot = np.searchsorted(used, home)
+    return vals[starts[slot] + ranks - first_rank[slot]]
+
+
+def _bucket(x: Tensor, inner: Tensor) -> Tensor:
+    """``torch.bucketize(x, inner, right=False)`` (int32): the number of edges below ``x``.
+
+    For a few edges, counting comparisons (one vectorised pass per edge) beats the
+    per-element binary search of ``bucketize`` on CPU.
+    """
+    if inner.numel() > _COMPARE_MAX_EDGES or x.device.type != "cpu":
+        return torch.bucketize(x, inner, right=False, out_int32=True)
+    idx = torch.zeros(x.shape, dtype=torch.int32, device=x.device)
+    above = torch.empty(x.shape, dtype=torch.bool, device=x.device)
+    for edge in inner.tolist():
+        idx.add_(torch.gt(x, edge, out=above))
+    return idx
 
 
 def _bin_sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> tuple[Tensor, Tensor, Tensor]:
@@ -184,7 +412,7 @@ def _binned_sum(idx: Tensor, w: Tensor, n_bins: int) -> Tensor:
     sum to ~1e-8 relative (``tests/test_metrics.py`` checks it).
     """
     n = w.numel()
-    m = n // _SUM_CHUNK
+    m = n // _SUM_CHUNK if n_bins <= _SUM_CHUNK else 0  # many bins: one float64 bincount
     full = m * _SUM_CHUNK
     total = torch.bincount(idx[full:], weights=w[full:].double(), minlength=n_bins)
     if m:
@@ -212,11 +440,7 @@ def _mce_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
 @torch.no_grad()
 def accuracy(probs: ArrayLike, labels: ArrayLike) -> float:
     """Fraction of samples whose arg-max class is the label: ``(1/N) sum_i 1[yhat_i = y_i]``."""
-    return _accuracy(*_inputs(probs, labels))
-
-
-def _accuracy(p: Tensor, y: Tensor) -> float:
-    return float(_top_label(p, y)[1].double().mean())
+    return float(_scan(probs, labels).correct.double().mean())
 
 
 @torch.no_grad()
@@ -267,14 +491,10 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     confidences ``[.25, .3, .5, .6, 1, .9]`` with correctness ``[0, 1, 1, 0, 1, 0]`` and 4
     bins give 0.491667 with ``(lo, hi]`` bins and 0.241667 with ``[lo, hi)``.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    return _ece(*_inputs(probs, labels), n_bins, closed)
-
-
-def _ece(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
-    conf, correct = _top_label(p, y)
-    return _ece_from(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    c = _scan(probs, labels)
+    return _ece_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
 
 
 @torch.no_grad()
@@ -284,14 +504,10 @@ def mce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     Naeini et al. (2015); 004 section 2; 001 section 3.1. Same bins as :func:`ece`.
     MCE >= ECE always (ECE is a weighted mean of the same gaps).
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    return _mce(*_inputs(probs, labels), n_bins, closed)
-
-
-def _mce(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
-    conf, correct = _top_label(p, y)
-    return _mce_from(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    c = _scan(probs, labels)
+    return _mce_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
 
 
 @torch.no_grad()
@@ -303,18 +519,14 @@ def adaece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
     004 drops it). Assigning by value keeps tied confidences together, so the metric does
     not depend on sample order; with many ties the bins are only roughly equal in mass.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    return _adaece(*_inputs(probs, labels), n_bins)
-
-
-def _adaece(p: Tensor, y: Tensor, n_bins: int) -> float:
-    return _adaece_from(*_top_label(p, y), n_bins)
+    n_bins = _check_n_bins(n_bins)
+    c = _scan(probs, labels)
+    return _adaece_from(c.conf, c.correct, n_bins)
 
 
 def _adaece_from(conf: Tensor, correct: Tensor, n_bins: int) -> float:
     edges = _adaptive_edges(conf, n_bins)
-    idx = torch.bucketize(conf, edges[1:-1], right=False, out_int32=True)
-    return _ece_from(idx, correct, conf, n_bins)
+    return _ece_from(_bucket(conf, edges[1:-1]), correct, conf, n_bins)
 
 
 @torch.no_grad()
@@ -326,31 +538,70 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, clos
     ``(1/K) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)| / N``. ``K`` is the width of
     ``probs``, so classes absent from ``labels`` still count. Rows are processed in
     chunks of about 4M entries (a loop over chunks, not samples) to bound memory.
+
+    Cost: with ``e_1`` the first inner edge, every entry at or below it (most of them
+    when K is large) lies in bin 0, so ``sum_{i in B_k0} p_ik`` is the column sum minus
+    the other bins' sums. Only the entries above ``e_1`` are binned and scattered, and
+    the label indicator contributes one entry per row; column sums and the selection of
+    the entries above ``e_1`` are one pass over each chunk.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins, cells=_width(probs))
     _check_closed(closed)
-    return _classwise(*_inputs(probs, labels), n_bins, closed)
+    c = _scan(probs, labels)
+    return _classwise(c.p, c.y, n_bins, closed)
+
+
+def _width(probs: ArrayLike) -> int:
+    """K of an (N, K) input, 1 when the shape is not (yet) known to be 2-D."""
+    shape = getattr(probs, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 and shape[1] > 0 else 1
+
+
+def _above_first_edge(pc: Tensor, e1: float, closed: str) -> tuple[Tensor, Tensor]:
+    """Values and flat positions of the entries of ``pc`` beyond bin 0 (``> e1``, or ``>= e1``)."""
+    if pc.device.type == "cpu":  # numpy's flatnonzero is several times faster than torch.nonzero
+        a = pc.numpy()
+        where = torch.from_numpy(np.flatnonzero(a > e1 if closed == "right" else a >= e1))
+    else:
+        where = (torch.gt(pc, e1) if closed == "right" else torch.ge(pc, e1)).view(-1).nonzero().squeeze(1)
+    return pc.view(-1).index_select(0, where), where
 
 
 def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
     n, k = p.shape
-    offsets = torch.arange(k, device=p.device, dtype=torch.int32) * n_bins
-    gaps = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
-    rows = max(1, _CHUNK // k)
-    for start in range(0, n, rows):
-        pc, yc = p[start:start + rows], y[start:start + rows]
-        flat = (_bin_index(pc, n_bins, closed) + offsets).view(-1)
-        weights = pc.to(torch.float64, copy=True).neg_()
-        weights[torch.arange(pc.shape[0], device=p.device), yc] += 1.0
-        gaps += torch.bincount(flat, weights=weights.view(-1), minlength=k * n_bins)
-    return float(gaps.abs().sum()) / (n * k)
+    col = torch.zeros(k, dtype=torch.float64, device=p.device)
+    psum = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
+    e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=p.dtype)[1]) if n_bins > 1 else math.inf
+    # float64 inputs are summed in float64; float32 ones in float32 over blocks of at most
+    # _SUM_CHUNK rows with float64 totals (as in _binned_sum: ~1e-8 relative, tested)
+    rows = max(1, min(_CHUNK // k, _SUM_CHUNK))
+    with _serial(p.device):
+        for start in range(0, n, rows):
+            pc = p[start:start + rows].contiguous()
+            col += pc.sum(dim=0).double()
+            if n_bins > 1:
+                v, where = _above_first_edge(pc, e1, closed)
+                cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
+                psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+    psum = psum.view(k, n_bins)
+    psum[:, 0] = col - psum[:, 1:].sum(dim=1)  # bin 0 holds every entry not selected above
+    label_cells = y.mul(n_bins).add_(_bin_index(_at_label(p, y), n_bins, closed))
+    hits = torch.bincount(label_cells, minlength=k * n_bins).view(k, n_bins).double()
+    return float((hits - psum).abs_().sum()) / (n * k)
 
 
 # --------------------------------------------------------------------------- smooth ECE
 
 
+# Smallest SECE bandwidth: below it h^2 underflows float64 and the kernel is undefined.
+_MIN_BANDWIDTH = 1e-150
+
+
 def _check_bandwidth(bandwidth: float) -> float:
-    return check_positive(bandwidth, "bandwidth")
+    h = check_positive(bandwidth, "bandwidth")
+    if h < _MIN_BANDWIDTH:
+        raise ValueError(f"bandwidth must be >= {_MIN_BANDWIDTH:g} (its square underflows below that), got {bandwidth}")
+    return h
 
 
 def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
@@ -363,13 +614,16 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
     rows = max(1, _CHUNK // n)
     rhs = torch.stack([pi, torch.ones_like(pi)], dim=1)
     track = torch.is_grad_enabled() and z.requires_grad
+    coef = -0.5 / (h * h)
+    if abs(coef) > torch.finfo(z.dtype).max:  # 1 / h^2 overflows float32: compute in float64
+        return _sece_terms(z.double(), pi.double(), h).to(z.dtype)
     out = []
     for start in range(0, n, rows):
         zi = z[start:start + rows]
         if track:
             kern = torch.exp(-0.5 * ((zi[:, None] - z[None, :]) / h) ** 2)
         else:
-            kern = (zi[:, None] - z[None, :]).square_().mul_(-0.5 / (h * h)).exp_()
+            kern = (zi[:, None] - z[None, :]).square_().mul_(coef).exp_()
         num, den = (kern @ rhs).unbind(dim=1)
         out.append((num / den - zi).abs())
     return torch.cat(out)
@@ -377,15 +631,18 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
 
 def _sece_inputs(
     probs: ArrayLike, labels: ArrayLike, bandwidth: float, per_step: bool = False
-) -> tuple[Tensor, Tensor, float]:
-    """``per_step`` (the training objective): value checks only where they cost no GPU sync."""
+) -> tuple[_Checked, float]:
+    """Checked SECE inputs. ``per_step`` (the training objective): value checks only where
+    they cost no GPU sync (:func:`calib._checks.reads_values`); elsewhere one fused pass."""
     h = _check_bandwidth(bandwidth)
     if per_step and not _checks.reads_values(as_tensor(probs, "probs")):
-        p = _checks._shape_only(probs, "probs")
-    else:
-        p = check_probs_fast(probs, "probs", atol=_ROW_SUM_ATOL)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=per_step).to(p.device)
-    return p, y, h
+        p = _checks._shape_only(probs, "probs").detach()
+        if p.dtype in (torch.float16, torch.bfloat16):
+            p = p.float()
+        y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=True).to(p.device)
+        conf, pred = p.max(dim=1)
+        return _Checked(p, y, conf, pred.eq(y)), h
+    return _scan(probs, labels), h
 
 
 def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> Tensor:
@@ -408,10 +665,14 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> T
     the kernel and in ``-z_i``), not through ``pi`` (an arg-max). Cost and memory are
     ``O(N^2)``: meant for mini-batches of up to a few thousand samples.
     """
-    p, y, h = _sece_inputs(probs, labels, bandwidth, per_step=True)
-    z, pred = p.max(dim=1)
-    pi = pred.eq(y).to(z.dtype)
-    return _sece_terms(z, pi, h).mean()
+    c, h = _sece_inputs(probs, labels, bandwidth, per_step=True)
+    p = as_tensor(probs, "probs")  # the caller's tensor, so gradients reach it
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    z = p.max(dim=1).values if p.requires_grad else c.conf
+    return _sece_terms(z, c.correct.to(z.dtype), h).mean()
 
 
 @torch.no_grad()
@@ -422,9 +683,8 @@ def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> float:
     second for N = 10,000 on one CPU core. Unlike binned ECE it has no bin count to
     choose, only the kernel bandwidth (001 Fig. 5 contrasts the two).
     """
-    p, y, h = _sece_inputs(probs, labels, bandwidth)
-    conf, correct = _top_label(p.detach(), y)
-    return float(_sece_terms(conf.double(), correct.double(), h).mean())
+    c, h = _sece_inputs(probs, labels, bandwidth)
+    return float(_sece_terms(c.conf.double(), c.correct.double(), h).mean())
 
 
 # --------------------------------------------------------------------------- bin statistics
@@ -488,12 +748,11 @@ def bin_stats(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: 
     The data of a reliability diagram (Guo et al. 2017; 001 Fig. 2). ``bin_stats(...).ece``
     equals :func:`ece` with the same arguments.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    p, y = _inputs(probs, labels)
-    conf, correct = _top_label(p, y)
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype, device=conf.device)
-    return _stats(_bin_index(conf, n_bins, closed), correct, conf, edges, closed)
+    c = _scan(probs, labels)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=c.conf.dtype, device=c.conf.device)
+    return _stats(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, edges, closed)
 
 
 @torch.no_grad()
@@ -506,7 +765,7 @@ def bin_stats_from_confidence(
     output of :class:`calib.posthoc.HistogramBinning` with the unchanged predictions'
     correctness. ``.ece`` then gives the ECE of those confidences.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
+    n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
     c = as_tensor(confidence, "confidence")
     if not c.is_floating_point():
@@ -555,14 +814,15 @@ def ece_sweep(
         raise ValueError(f"metric must be one of {', '.join(_SWEEPABLE)}, got {metric!r}")
     if isinstance(n_bins_list, (int, np.integer)) or len(n_bins_list) == 0:
         raise ValueError("n_bins_list must be a non-empty sequence of bin counts")
-    counts = [check_positive_int(b, "n_bins_list entry") for b in n_bins_list]
+    cells = _width(probs) if metric == "classwise_ece" else 1
+    counts = [_check_n_bins(b, "n_bins_list entry", cells) for b in n_bins_list]
     _check_closed(closed)
-    p, y = _inputs(probs, labels)
+    c = _scan(probs, labels)
+    p, y, conf, correct = c.p, c.y, c.conf, c.correct
     if metric == "adaece":
-        return {b: _adaece(p, y, b) for b in counts}
+        return {b: _adaece_from(conf, correct, b) for b in counts}
     if metric == "classwise_ece":
         return {b: _classwise(p, y, b, closed) for b in counts}
-    conf, correct = _top_label(p, y)
     one = _ece_from if metric == "ece" else _mce_from
     return {b: one(_bin_index(conf, b, closed), correct, conf, b) for b in counts}
 
@@ -584,7 +844,7 @@ def _per_sample_stat(metric_fn: Callable, p: Tensor, y: Tensor, kw: dict) -> tup
             v = (p * p).sum(1).double() - 2 * p_true + 1
         return (lambda rows: v[rows].mean(dim=1)), v
     if metric_fn in (ece, mce) and set(kw) <= {"n_bins", "closed"}:
-        n_bins = check_positive_int(kw.get("n_bins", 15), "n_bins")
+        n_bins = _check_n_bins(kw.get("n_bins", 15))
         bins = _bin_index(conf, n_bins, _check_closed(kw.get("closed", "right")))
         gap = correct.double() - conf.double()
         n = conf.numel()
@@ -657,9 +917,9 @@ def summary(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> dict[str, 
     ``mce`` (bins ``(lo, hi]``, ``n_bins`` of them; 15 as in 004 and 000). Inputs are
     validated and the top label found once for all of them.
     """
-    n_bins = check_positive_int(n_bins, "n_bins")
-    p, y = _inputs(probs, labels)
-    conf, correct = _top_label(p, y)
+    n_bins = _check_n_bins(n_bins, cells=_width(probs))
+    c = _scan(probs, labels)
+    p, y, conf, correct = c.p, c.y, c.conf, c.correct
     idx = _bin_index(conf, n_bins, "right")
     return {
         "accuracy": float(correct.double().mean()),

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import rundir
+
 __all__ = [
     "SweepError",
     "Cell",
@@ -374,6 +376,13 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
     return None
 
 
+def _holds_files(out: Path) -> bool:
+    """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`)."""
+    from .rundir import LOCK_FILE
+
+    return any(p.name != LOCK_FILE for p in out.iterdir())
+
+
 def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
     """Refuse (read-only) a directory that holds another sweep or something else."""
     path = out / MANIFEST_FILE
@@ -385,7 +394,7 @@ def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
         if diff := _manifest_diff(old, manifest):
             raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
                              "arguments to resume it")
-    elif out.exists() and (not out.is_dir() or any(out.iterdir())):
+    elif out.exists() and (not out.is_dir() or _holds_files(out)):
         raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
                          "directory; choose another one")
 
@@ -402,7 +411,7 @@ def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
             raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
                              "arguments to resume it")
         return
-    if out.exists() and any(out.iterdir()):
+    if out.exists() and _holds_files(out):
         raise SweepError(f"{out} exists, is not empty and holds no {MANIFEST_FILE}: not a sweep directory; "
                          "choose another one")
     out.mkdir(parents=True, exist_ok=True)
@@ -603,7 +612,9 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
     nothing and only collects. Returns a :class:`SweepResult` over every finished cell.
 
     Raises :class:`SweepError` (a ``ValueError``) for a bad grid or a directory holding a
-    different sweep, before anything is trained or written.
+    different sweep, before anything is trained or written, and
+    :class:`calib.rundir.RunDirError` when another process holds the sweep (unsharded) or
+    the cell it is about to train (:func:`calib.rundir.lock`; a stale lock is taken over).
     """
     out = Path(out)
     shard_t = parse_shard(shard)
@@ -616,16 +627,19 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
     _check_directory(out, manifest)
     if not merge:
         _preflight(cells, configs, mine)
-    _claim_directory(out, manifest)
-    trained: list[str] = []
-    if not merge:
-        try:
-            trained = _run_cells(out, cells, configs, mine, progress)
-        except BaseException:  # interrupted (SIGTERM/SIGINT) or failed: still table what finished
-            with contextlib.suppress(Exception):
-                _collect(out, cells, [])
-            raise
-    return _collect(out, cells, trained)
+    with contextlib.ExitStack() as stack:
+        if shard_t is None:  # shards share the directory; each cell has its own lock below
+            stack.enter_context(rundir.lock(out, what="sweep"))
+        _claim_directory(out, manifest)
+        trained: list[str] = []
+        if not merge:
+            try:
+                trained = _run_cells(out, cells, configs, mine, progress)
+            except BaseException:  # interrupted (SIGTERM/SIGINT) or failed: still table what finished
+                with contextlib.suppress(Exception):
+                    _collect(out, cells, [])
+                raise
+        return _collect(out, cells, trained)
 
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
@@ -643,7 +657,8 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
             status = "done before"
             if not _finished(run_dir):
                 t0 = time.perf_counter()
-                _run_cell(cfg)
+                with rundir.lock(run_dir, what=f"sweep cell {cell.name}"):
+                    _run_cell(cfg)
                 trained.append(cell.name)
                 status = f"{time.perf_counter() - t0:.1f} s"
             if show:

@@ -27,9 +27,13 @@ keep extra modules/optimisers in the checkpoint through :meth:`Trainer.extra_sta
 Multi-GPU: under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in
 DistributedDataParallel (NCCL on CUDA, gloo on CPU). Every rank walks the same seeded
 permutation of the training set and takes its own slice of each global batch
-(``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and a run on
-W processes follows the same trajectory as one process (up to float reduction order; the
-tests check 1e-5 on CPU with a model without BatchNorm). On CUDA, BatchNorm layers become
+(``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and, when the
+training-set size N divides by W, a run on W processes sees exactly the batches of one
+process and follows its trajectory (up to float reduction order; the tests check the
+batches exactly and the trajectory to 1e-5 on CPU with a model without BatchNorm). When N
+does not divide by W, the last ``N mod W`` samples of each epoch's permutation are left out
+on every rank, so the run differs from one process in those samples
+(``tests/test_ddp_sharding.py``); choose N (``--val-size``) or W to make it divide. On CUDA, BatchNorm layers become
 ``SyncBatchNorm`` so their statistics, too, are those of the global batch; on CPU (gloo)
 PyTorch has no SyncBatchNorm, so BatchNorm there uses each rank's share of the batch and the
 trajectory differs from one process. Evaluation runs on every rank over the whole split; rank 0 writes the
@@ -127,6 +131,16 @@ _RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: unreadable, corrupt, or from a different run."""
+
+
+class TrainingDiverged(RuntimeError):
+    """The training loss became NaN or inf; the checkpoint of the last finished epoch is kept."""
+
+    def __init__(self, epoch: int, step: int, lr: float, path: Path | None):
+        self.epoch, self.step, self.lr, self.path = epoch, step, lr, path
+        kept = f"; the last good checkpoint is kept in {path}" if path and path.exists() else ""
+        super().__init__(f"training diverged: the loss is NaN or inf at epoch {epoch}, step {step}{kept}; "
+                         f"try a lower learning rate (now {lr:g}, e.g. --lr {lr / 10:g})")
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -427,6 +441,21 @@ def _tqdm_class(show: bool) -> type:
     return tqdm
 
 
+# Steps between checks of the non-finite-loss flag (each check is one device-to-host sync).
+_FINITE_CHECK_EVERY = 50
+
+
+def _note_nonfinite(first_bad: Tensor | None, loss: Any, step: int) -> Tensor | None:
+    """Record on the loss's device the first ``step`` whose loss is not finite, without a sync."""
+    if loss is None:
+        return first_bad
+    loss = loss.detach() if isinstance(loss, Tensor) else torch.tensor(float(loss))
+    if first_bad is None:
+        first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
+    bad = ~torch.isfinite(loss).all()
+    return torch.where(bad & (first_bad < 0), torch.full_like(first_bad, step), first_bad)
+
+
 def _dist_env() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -697,8 +726,18 @@ class Trainer:
         start, self._resume_step, self._resume_sums = self._resume_step, 0, {}
         if bar is not None:
             bar.update(start)
+        first_bad = None  # device tensor: the first step whose loss was not finite (-1: none)
         for i, (x, y) in enumerate(self.train_loader, start=start):
-            out = self.train_step(x, y)
+            try:
+                out = self.train_step(x, y)
+            except ValueError as exc:  # the loss refused NaN/inf logits: the weights diverged
+                if "NaN or inf" not in str(exc):
+                    raise
+                self._check_finite(first_bad)  # an earlier non-finite loss is the first bad step
+                self._check_finite(torch.tensor(i))
+            first_bad = _note_nonfinite(first_bad, out.get("loss"), i)
+            if first_bad is not None and (i + 1) % _FINITE_CHECK_EVERY == 0:
+                self._check_finite(first_bad)
             n = y.shape[0]
             sums["_n"] = sums.get("_n", 0) + n
             for k, v in out.items():
@@ -706,8 +745,17 @@ class Trainer:
             if bar is not None:
                 bar.update(1)
             if self._stop_signal is not None:
+                self._check_finite(first_bad)  # never checkpoint NaN weights
                 self._interrupt(step=i + 1, sums=sums)
+        self._check_finite(first_bad)
         return self._reduce_epoch(sums)
+
+    def _check_finite(self, first_bad: Tensor | None) -> None:
+        """Raise :class:`TrainingDiverged` if a step's loss was NaN/inf (one host sync)."""
+        if first_bad is None or int(first_bad) < 0:
+            return
+        path = self.out / CHECKPOINT_FILE if self.out is not None else None
+        raise TrainingDiverged(self.epoch + 1, int(first_bad) + 1, self.optimizer.param_groups[0]["lr"], path)
 
     def _reduce_epoch(self, sums: dict[str, Any]) -> dict[str, float]:
         keys = sorted(k for k in sums if k != "_n")
@@ -806,7 +854,11 @@ class Trainer:
             raise CheckpointError(f"checkpoint {path} does not fit this model/optimiser: {str(exc)[:300]}") from exc
         _load_scheduler_state(self.scheduler, ckpt["scheduler"])
         self.scaler.load_state_dict(ckpt["scaler"])
-        self.train_loader.load_state_dict(ckpt["loader"])
+        try:
+            self.train_loader.load_state_dict(ckpt["loader"])
+        except (ValueError, KeyError) as exc:  # e.g. resumed under another number of processes
+            raise CheckpointError(f"checkpoint {path} does not fit this run's data loader ({exc}); resume with "
+                                  f"the number of processes it was written with (now {self.world_size})") from exc
         self.load_extra_state(ckpt.get("extra", {}))
         self.best = dict(ckpt["best"]) if ckpt.get("best") else None
         self.epoch, self._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
@@ -993,7 +1045,10 @@ def load_config(run_dir: str | os.PathLike) -> TrainConfig:
     path = Path(run_dir) / CONFIG_FILE
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
-    return TrainConfig.from_json(path.read_text())
+    try:
+        return TrainConfig.from_json(path.read_text())
+    except (ValueError, TypeError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ValueError(f"{path} is corrupt or not a calib configuration ({type(exc).__name__}: {exc})") from None
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None,

@@ -213,9 +213,23 @@ def test_classwise_matches_per_class_loop():
 
 def test_classwise_chunking_does_not_change_result(monkeypatch):
     p, y = random_probs(1000, 5, 11)
-    whole = M.classwise_ece(p, y)
+    p64 = p.double()
+    whole, whole32 = M.classwise_ece(p64, y), M.classwise_ece(p, y)
     monkeypatch.setattr(M, "_CHUNK", 64)  # 12 rows per chunk
-    assert M.classwise_ece(p, y) == pytest.approx(whole, abs=1e-12)
+    assert M.classwise_ece(p64, y) == pytest.approx(whole, abs=1e-12)  # float64: exact sums
+    # float32 column sums over blocks, float64 totals: ~1e-8 relative (like ECE's _binned_sum)
+    assert M.classwise_ece(p, y) == pytest.approx(whole32, rel=1e-7)
+
+
+def test_classwise_float32_over_many_blocks_matches_float64():
+    n = 3 * M._SUM_CHUNK + 77
+    p64, y = random_probs(n, 12, 5)
+    p64 = p64.double()
+    p64 = p64 / p64.sum(1, keepdim=True)
+    p32 = p64.float()
+    for closed in ("right", "left"):
+        assert M.classwise_ece(p32, y, closed=closed) == pytest.approx(
+            M.classwise_ece(p32.double(), y, closed=closed), rel=1e-7)
 
 
 def test_basic_scores_known_values():
@@ -622,3 +636,134 @@ def test_brier_decomposition_bad_n_bins(n_bins, err):
     p, y = random_probs(10, 3, 0)
     with pytest.raises(err, match="n_bins"):
         M.brier_decomposition(p, y, n_bins=n_bins)
+
+
+# ----------------------------------------------------------------------------- hardening (issue 14)
+
+
+ALL_BINNED = (M.ece, M.mce, M.adaece, M.classwise_ece, M.accuracy, M.nll, M.brier_score, M.sece)
+
+
+def test_non_contiguous_inputs_give_the_same_numbers():
+    p, y = random_probs(700, 6, 21)
+    fortran = np.asfortranarray(p.numpy())
+    transposed = p.T.contiguous().T  # a (N, K) view with column-major strides
+    assert not torch.as_tensor(fortran).is_contiguous() and not transposed.is_contiguous()
+    want = M.summary(p, y)
+    for q in (fortran, transposed, p[:, [5, 4, 3, 2, 1, 0]][:, [5, 4, 3, 2, 1, 0]]):
+        assert M.summary(q, y) == pytest.approx(want, abs=1e-7)  # float32 sums in another order
+        for closed in ("right", "left"):
+            assert M.classwise_ece(q, y, closed=closed) == pytest.approx(
+                M.classwise_ece(p, y, closed=closed), abs=1e-12)
+    q = torch.cat([p, p], dim=1).view(-1, 2, 6)[:, 0, :]  # row stride 12, inner stride 1
+    assert torch.equal(q, p) and not q.is_contiguous()
+    assert M.summary(q, y) == pytest.approx(want, abs=1e-7)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_probabilities_are_accepted_with_a_fitting_tolerance(dtype):
+    p, y = random_probs(2000, 100, 4)
+    low = p.to(dtype)  # rounding moves a row sum by up to eps/2: beyond 1e-3 for bfloat16
+    up = low.float()
+    want = M.bin_stats_from_confidence(up.max(1).values, up.argmax(1) == y, 15).ece
+    assert M.ece(low, y) == pytest.approx(want, abs=1e-12)
+    for fn in ALL_BINNED:
+        fn(low, y)  # accepted
+    assert M.summary(low, y)["ece"] == pytest.approx(want, abs=1e-12)
+    with pytest.raises(ValueError, match="rows must sum to 1"):
+        M.ece((p * 0.9).to(dtype), y)
+
+
+def test_logits_hint_only_for_inputs_that_look_like_logits():
+    p, y = random_probs(50, 4, 1)
+    with pytest.raises(ValueError, match="softmax") as info:
+        M.ece(torch.log(p), y)  # negative values: logits
+    assert "look like logits" in str(info.value)
+    with pytest.raises(ValueError) as info:
+        M.ece(p * 0.5, y)  # in [0, 1] but unnormalised: not logits
+    assert "rows must sum to 1" in str(info.value) and "logits" not in str(info.value)
+
+
+def test_huge_n_bins_refused_by_name_before_allocating():
+    p, y = random_probs(20, 4, 1)
+    for fn in (M.ece, M.mce, M.adaece, M.bin_stats, M.summary):
+        with pytest.raises(ValueError, match="n_bins .* too large"):
+            fn(p, y, 10**9)
+    with pytest.raises(ValueError, match="n_bins .* too large"):
+        M.classwise_ece(p, y, M._MAX_BIN_CELLS // 2)  # x 4 classes
+    with pytest.raises(ValueError, match="n_bins_list entry .* too large"):
+        M.ece_sweep(p, y, [15, 10**9])
+    assert M.ece(p, y, 100_000) == pytest.approx(mean_abs_gap(p, y), abs=1e-7)  # large but fine
+
+
+def test_sece_tiny_bandwidth_refused_and_small_ones_finite():
+    p, y = random_probs(30, 3, 2)
+    for h in (1e-300, 1e-200):
+        with pytest.raises(ValueError, match="bandwidth"):
+            M.sece(p, y, h)
+        with pytest.raises(ValueError, match="bandwidth"):
+            M.sece_loss(p, y, h)
+    # as h -> 0 SECE tends to mean |pi - z|; float32 must not turn 0 * inf into NaN
+    for h in (1e-30, 1e-100):
+        assert M.sece_loss(p.float(), y, h).item() == pytest.approx(mean_abs_gap(p, y), abs=1e-6)
+        assert M.sece(p, y, h) == pytest.approx(mean_abs_gap(p, y), abs=1e-9)
+
+
+def test_complex_inputs_refused():
+    p, y = random_probs(10, 3, 0)
+    for fn in ALL_BINNED:
+        with pytest.raises(TypeError, match="probs must be real"):
+            fn(p.to(torch.complex64), y)
+    with pytest.raises(TypeError, match="confidence must be real"):
+        M.bin_stats_from_confidence(p.max(1).values.to(torch.complex64), y == 0)
+
+
+@PROPS
+@given(prob_data(min_n=1, max_n=80), st.integers(1, 30), st.sampled_from(["right", "left"]))
+def test_fused_pass_matches_plain_definitions(data, n_bins, closed):
+    """The fused validation/top-label pass and sparse Classwise-ECE equal the textbook forms."""
+    p, y = data
+    conf, pred = p.max(1)
+    assert M.accuracy(p, y) == pytest.approx(float(pred.eq(y).double().mean()), abs=1e-15)
+    want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, n_bins, closed=closed).ece
+                    for k in range(p.shape[1])])
+    assert M.classwise_ece(p, y, n_bins, closed=closed) == pytest.approx(want, abs=1e-12)
+    assert M.ece(p, y, n_bins, closed=closed) == pytest.approx(
+        M.bin_stats_from_confidence(conf, pred.eq(y), n_bins, closed=closed).ece, abs=1e-12)
+
+
+@PROPS
+@given(st.integers(2, 6), st.integers(1, 200), st.integers(0, 10_000))
+def test_ties_on_quantised_rows_follow_argmax(k, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(0, 3, (n, k), generator=g).double()
+    counts[counts.sum(1) == 0] = 1.0
+    p = counts / counts.sum(1, keepdim=True)
+    y = torch.randint(0, k, (n,), generator=g)
+    assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
+
+
+@PROPS
+@given(st.integers(1, 200_000), st.integers(0, 3), st.integers(0, 10_000))
+def test_order_statistics_equal_a_full_sort(n, kind, seed):
+    rng = np.random.default_rng(seed)
+    x = [rng.random(n).astype(np.float32), (rng.integers(0, 5, n) / 4).astype(np.float32),
+         np.full(n, 0.5, np.float32), rng.beta(30, 1, n)][kind]
+    ranks = np.unique(rng.integers(0, n, 31))
+    assert np.array_equal(M._order_statistics(x, ranks), np.sort(x)[ranks])
+
+
+def test_fused_pass_chunking_does_not_change_results(monkeypatch):
+    g = torch.Generator().manual_seed(1)
+    counts = torch.randint(0, 3, (3000, 5), generator=g).double()
+    counts[counts.sum(1) == 0] = 1.0
+    p = counts / counts.sum(1, keepdim=True)  # many exact ties among maxima
+    y = torch.randint(0, 5, (3000,), generator=g)
+    whole = M.summary(p, y)
+    monkeypatch.setattr(M, "_SCAN_CHUNK", 64)  # 12 rows per chunk, many chunks
+    assert M.summary(p, y) == pytest.approx(whole, abs=1e-12)
+    assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
+    with pytest.raises(ValueError, match="NaN"):
+        q = p.clone()
+        q[2999, 3] = float("nan")
+        M.ece(q, y)

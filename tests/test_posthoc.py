@@ -200,3 +200,88 @@ def test_degenerate_validation_sets_warn():
     with pytest.warns(RuntimeWarning, match="extreme"):
         t = fit_temperature(torch.tensor([[1.0, -1.0], [1.0, -1.0]] * 10), y, "nll")
     assert t == 1e3
+
+
+# ----------------------------------------------------------------------------- hardening (issue 14)
+
+
+def _lbfgs_temperature(g, y, max_iter=100):
+    """The previous fit (L-BFGS on log T, strong Wolfe), kept here as the reference."""
+    import torch.nn.functional as F
+
+    g64 = g.double()
+    log_t = torch.zeros((), dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([log_t], lr=1.0, max_iter=max_iter, tolerance_grad=1e-12,
+                            tolerance_change=1e-14, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = F.cross_entropy(g64 * torch.exp(-log_t), y)
+        loss.backward()
+        return loss
+
+    opt.step(closure)
+    return math.exp(float(log_t.detach()))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(2, 12), st.integers(20, 400), st.floats(0.2, 6.0), st.integers(0, 10_000))
+def test_newton_fit_equals_lbfgs(k, n, sharp, seed):
+    gen = torch.Generator().manual_seed(seed)
+    g = sharp * torch.randn(n, k, generator=gen, dtype=torch.float64)
+    # labels from a softmax at another temperature, with some noise: a finite optimum
+    y = torch.multinomial(torch.softmax(g / 1.7, 1), 1, generator=gen).squeeze(1)
+    want = _lbfgs_temperature(g, y)
+    if bool(g.argmax(1).eq(y).all()) or not 1e-2 < want < 1e2:
+        return  # no finite minimiser in reach (T -> 0 or inf): both warn and clip instead
+    got = fit_temperature(g, y, "nll")
+    if got != pytest.approx(want, rel=1e-6, abs=1e-6):
+        # a flat NLL (weak logits, large T): L-BFGS stops early; Newton must then be the
+        # better stationary point (zero slope, no larger NLL)
+        from calib.posthoc import _nll_slope
+
+        g_y = g.gather(1, y[:, None]).squeeze(1)
+        assert abs(_nll_slope(g, g_y, 1 / got)[0]) < 1e-12 < abs(_nll_slope(g, g_y, 1 / want)[0])
+        nll = lambda t: float(torch.nn.functional.cross_entropy(g / t, y))  # noqa: E731
+        assert nll(got) <= nll(want) + 1e-15
+
+
+def test_newton_fit_equals_lbfgs_on_the_toy_data(sharpened):
+    g, y, _, _ = sharpened
+    assert fit_temperature(g, y, "nll") == pytest.approx(_lbfgs_temperature(g, y), abs=1e-6)
+
+
+def test_fit_needs_no_general_optimiser():
+    import inspect
+
+    import calib.posthoc as P
+
+    assert "torch.optim" not in inspect.getsource(P)
+
+
+def test_fewer_than_two_samples_refused():
+    for method in ("nll", "grid"):
+        with pytest.raises(ValueError, match="at least 2 samples"):
+            TemperatureScaling(method).fit(torch.tensor([[2.0, 0.0, 1.0]]), torch.tensor([0]))
+
+
+def test_histogram_binning_refuses_another_width():
+    g = torch.randn(100, 4)
+    hb = HistogramBinning().fit(g, torch.randint(0, 4, (100,)))
+    for call in (hb.predict_confidence, hb.predict):
+        with pytest.raises(ValueError, match="K = 5 classes but HistogramBinning was fitted on K = 4"):
+            call(torch.randn(10, 5))
+    assert hb.predict_confidence(torch.randn(10, 4)).shape == (10,)
+
+
+def test_temperature_scale_accepts_one_element_tensors_and_says_positive():
+    g = torch.randn(6, 3)
+    for t in (torch.tensor(2.0), torch.tensor([2.0]), np.float64(2.0), np.array(2.0), 2):
+        assert torch.allclose(temperature_scale(g, t), g / 2)
+    for bad in (0.0, -1.0, torch.tensor(-2.0)):
+        with pytest.raises(ValueError, match="temperature must be a finite number > 0"):
+            temperature_scale(g, bad)
+    with pytest.raises(ValueError, match="single number"):
+        temperature_scale(g, torch.tensor([1.0, 2.0]))
+    with pytest.raises(TypeError, match="temperature"):
+        temperature_scale(g, torch.tensor(True))
