@@ -633,3 +633,29 @@ def test_evaluate_recomputes_with_another_grid_step(tmp_path, capsys):
     record = torch.load(tmp_path / "r" / LOGITS_FILE, weights_only=True)
     assert metrics["temperature"] == posthoc.fit_temperature(
         record["val_logits"], record["val_labels"], "grid", grid=posthoc.default_grid(0.01))
+
+
+def test_second_sweep_on_a_locked_directory_exits_2_at_once_and_shards_lock_cells(tmp_path):
+    """The sweep takes calib.rundir's lock: a second unsharded process on the same DIR exits 2
+    with one line; a shard does not lock DIR (shards share it) but locks the cell it trains."""
+    from calib import rundir
+
+    out = tmp_path / "grid"
+    with rundir.lock(out, what="test"):
+        proc = _cli(_sweep_args(out))
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    assert "lock" in err.lower() and "Traceback" not in err
+    assert not (out / sw.RESULTS_FILE).exists()
+    assert not out.exists()  # the lock is gone and nothing was left behind
+    proc = _cli([*_sweep_args(out), "--merge"])  # claims DIR (writes the manifest), trains nothing
+    assert proc.communicate(timeout=300) and proc.returncode == 0
+    first_cell = out / sw.RUNS_DIR / "digits__mlp__ce__s0"
+    with rundir.lock(first_cell, what="test"):
+        proc = _cli([*_sweep_args(out), "--shard", "1/2"])
+        _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 2, err
+    proc = _cli(_sweep_args(out))
+    stdout, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    assert "4/4 runs finished" in stdout
