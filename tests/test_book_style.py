@@ -85,5 +85,5 @@ def test_chapter_ends_with_summary_and_exercises(path):
     exercises = re.split(r"^## Exercises\s*$", text, flags=re.M)
     assert len(exercises) == 2, f"{path.name}: no '## Exercises'"
     assert ":class: dropdown" in exercises[1], f"{path.name}: exercises without dropdown solutions"
-    bullets = re.findall(r"^\* ", re.split(r"^## ", text.split("## Summary", 1)[1], flags=re.M)[0], re.M)
+    bullets = re.findall(r"^[*-] ", re.split(r"^## ", text.split("## Summary", 1)[1], flags=re.M)[0], re.M)
     assert 4 <= len(bullets) <= 6, f"{path.name}: the Summary should have 4-6 bullets, has {len(bullets)}"
