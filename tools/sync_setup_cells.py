@@ -73,8 +73,9 @@ def assignment_setup_source(assignment: str, url: str | None = None, ref: str | 
         "    import shutil\n"
         "    import subprocess\n"
         "\n"
+        f'    repo, ref = "{url}", "{ref}"\n'
         f'    src, tests = "/content/calib", "book/coursework/{assignment}/tests"\n'
-        f'    clone = ["git", "clone", "-q", "--depth", "1", "--branch", "{ref}", "{url}", src]\n'
+        '    clone = ["git", "clone", "-q", "--depth", "1", "--branch", ref, repo, src]\n'
         '    pip = [sys.executable, "-m", "pip", "install", "-q", f"{src}[course]"]\n'
         "    if subprocess.run(clone).returncode or subprocess.run(pip).returncode:\n"
         "        raise SystemExit(\n"
