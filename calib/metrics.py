@@ -11,7 +11,7 @@ Bin conventions (``closed``):
 
 ``"right"`` (default)
     bins ``(lo, hi]``, with a confidence of exactly 0 kept in the first bin. This is the
-    convention of the source papers' code (004 section 2 writes the bins as
+    convention of the source papers' code (Mukhoti et al. (2020) section 2 writes the bins as
     ``((i-1)/M, i/M]``).
 ``"left"``
     bins ``[lo, hi)``, with a confidence of exactly 1 kept in the last bin. torchmetrics
@@ -74,7 +74,7 @@ Closed = Literal["right", "left"]
 #: Probabilities are clamped at this value before the log in :func:`nll`, so a single
 #: confidently wrong prediction costs at most ``-log(1e-12) = 27.6`` nats, not inf.
 NLL_EPS = 1e-12
-#: Bin counts of 001 Fig. 5 (ECE and MCE against the number of bins).
+#: Bin counts of Wang & Golebiowski (2024) Fig. 5 (ECE and MCE against the number of bins).
 FIG5_BINS = (10, 20, 50, 100, 200, 500, 1000)
 # Entries of (N, K) processed at once by classwise ECE and SECE (bounds memory).
 _CHUNK = 1 << 22
@@ -450,7 +450,7 @@ def nll(probs: ArrayLike, labels: ArrayLike) -> float:
     The clamp at ``eps = NLL_EPS = 1e-12`` keeps a probability that underflowed to 0
     (common in float32) from turning the mean into inf; it only changes terms whose true
     value exceeds 27.6 nats. NLL is the proper scoring rule that temperature scaling
-    minimises (Guo et al. 2017; 004 section 3 tracks its over-fitting during training).
+    minimises (Guo et al. 2017; Mukhoti et al. (2020) section 3 tracks its over-fitting during training).
     """
     return _nll(*_inputs(probs, labels))
 
@@ -465,7 +465,7 @@ def brier_score(probs: ArrayLike, labels: ArrayLike) -> float:
     """Brier score ``(1/N) sum_i sum_k (p_ik - y_ik)^2`` with one-hot ``y`` (Brier 1950).
 
     Summed over classes and averaged over samples (DESIGN.md section 5), so it lies in
-    [0, 2]. 000 Eq. (12) splits its expectation into ``||p - eta||^2`` plus a term fixed
+    [0, 2]. Lin et al. (2024) Eq. (12) splits its expectation into ``||p - eta||^2`` plus a term fixed
     by the true posterior ``eta``. Computed as ``sum_k p_ik^2 - 2 p_{i,y_i} + 1``.
     """
     return _brier(*_inputs(probs, labels))
@@ -484,8 +484,8 @@ def _brier(p: Tensor, y: Tensor) -> float:
 def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed = "right") -> float:
     """Expected calibration error over ``n_bins`` equal-width confidence bins.
 
-    ``ECE = sum_m |B_m|/N |acc(B_m) - conf(B_m)|`` (Naeini et al. 2015; 004 section 2;
-    001 section 3.1), where ``B_m`` holds the samples whose top-label confidence falls in
+    ``ECE = sum_m |B_m|/N |acc(B_m) - conf(B_m)|`` (Naeini et al. 2015; Mukhoti et al. (2020) section 2;
+    Wang & Golebiowski (2024) section 3.1), where ``B_m`` holds the samples whose top-label confidence falls in
     bin ``m``, ``acc`` is their accuracy and ``conf`` their mean confidence. ``closed``
     picks the bin convention (module docstring). Example (DESIGN.md section 5): the
     confidences ``[.25, .3, .5, .6, 1, .9]`` with correctness ``[0, 1, 1, 0, 1, 0]`` and 4
@@ -501,7 +501,7 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
 def mce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed = "right") -> float:
     """Maximum calibration error ``max_m |acc(B_m) - conf(B_m)|`` over non-empty bins.
 
-    Naeini et al. (2015); 004 section 2; 001 section 3.1. Same bins as :func:`ece`.
+    Naeini et al. (2015); Mukhoti et al. (2020) section 2; Wang & Golebiowski (2024) section 3.1. Same bins as :func:`ece`.
     MCE >= ECE always (ECE is a weighted mean of the same gaps).
     """
     n_bins = _check_n_bins(n_bins)
@@ -512,11 +512,11 @@ def mce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
 
 @torch.no_grad()
 def adaece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
-    """Adaptive ECE: the ECE formula over ``n_bins`` equal-mass bins (004 section 2, AdaECE).
+    """Adaptive ECE: the ECE formula over ``n_bins`` equal-mass bins (Mukhoti et al. (2020) section 2, AdaECE).
 
     Edges are the interpolated quantiles of the confidences (:func:`_adaptive_edges`);
     bins are ``(lo, hi]`` with the smallest confidence kept in the first bin (the code of
-    004 drops it). Assigning by value keeps tied confidences together, so the metric does
+    Mukhoti et al. (2020) drops it). Assigning by value keeps tied confidences together, so the metric does
     not depend on sample order; with many ties the bins are only roughly equal in mass.
     """
     n_bins = _check_n_bins(n_bins)
@@ -531,7 +531,7 @@ def _adaece_from(conf: Tensor, correct: Tensor, n_bins: int) -> float:
 
 @torch.no_grad()
 def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed = "right") -> float:
-    """Classwise ECE ``(1/K) sum_k ECE(p_{.k}, 1[y = k])`` (004 section 2; Nixon et al. 2019).
+    """Classwise ECE ``(1/K) sum_k ECE(p_{.k}, 1[y = k])`` (Mukhoti et al. (2020) section 2; Nixon et al. 2019).
 
     Each class ``k`` bins the probability ``p_ik`` of every sample (not only the top
     label) and compares the bin's mean ``p_ik`` with the frequency of ``y_i = k``:
@@ -646,18 +646,18 @@ def _sece_inputs(
 
 
 def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> Tensor:
-    """Smooth ECE of 001 section 4.2 as a differentiable 0-dim tensor (for training).
+    """Smooth ECE of Wang & Golebiowski (2024) section 4.2 as a differentiable 0-dim tensor (for training).
 
     With top-label confidence ``z_i``, correctness ``pi_i`` and the Gaussian kernel
-    ``K(z, z') = exp(-(z - z')^2 / (2 h^2))`` (001 Eq. 6, bandwidth ``h = 0.01`` in 001
+    ``K(z, z') = exp(-(z - z')^2 / (2 h^2))`` (Wang & Golebiowski (2024) Eq. 6, bandwidth ``h = 0.01`` in Wang & Golebiowski (2024)
     section 5):
 
     ``SACC_i = sum_j pi_j K(z_i, z_j) / sum_j K(z_i, z_j)``,
-    ``SECE = (1/N) sum_i |SACC_i - z_i|`` (001 Eq. 7).
+    ``SECE = (1/N) sum_i |SACC_i - z_i|`` (Wang & Golebiowski (2024) Eq. 7).
 
-    Choices, read from 001: Eq. (5) as printed has ``pi(x_i)`` inside the sum and no
+    Choices, read from Wang & Golebiowski (2024): Eq. (5) as printed has ``pi(x_i)`` inside the sum and no
     denominator, which would not be an accuracy; we use the normalised all-pairs form of
-    001 Eq. (12) (a Nadaraya-Watson estimate of the accuracy at ``z_i``), with ``pi_j``
+    Wang & Golebiowski (2024) Eq. (12) (a Nadaraya-Watson estimate of the accuracy at ``z_i``), with ``pi_j``
     inside the sum. The sum runs over all ``j`` including ``j = i`` ("all-pairs"), so the
     denominator is at least ``K(z_i, z_i) = 1`` and never vanishes. As ``h -> 0`` SACC_i
     tends to ``pi_i`` and SECE to ``mean |pi_i - z_i|``; as ``h`` grows it tends to
@@ -677,11 +677,11 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> T
 
 @torch.no_grad()
 def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> float:
-    """Smooth ECE of 001 section 4.2 as a float (see :func:`sece_loss` for the formula).
+    """Smooth ECE of Wang & Golebiowski (2024) section 4.2 as a float (see :func:`sece_loss` for the formula).
 
     Computed in float64, a block of kernel rows at a time; ``O(N^2)`` time, so about a
     second for N = 10,000 on one CPU core. Unlike binned ECE it has no bin count to
-    choose, only the kernel bandwidth (001 Fig. 5 contrasts the two).
+    choose, only the kernel bandwidth (Wang & Golebiowski (2024) Fig. 5 contrasts the two).
     """
     c, h = _sece_inputs(probs, labels, bandwidth)
     return float(_sece_terms(c.conf.double(), c.correct.double(), h).mean())
@@ -745,7 +745,7 @@ def _stats(idx: Tensor, correct: Tensor, conf: Tensor, edges: Tensor, closed: st
 def bin_stats(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed = "right") -> BinStats:
     """Counts, accuracy and mean confidence per equal-width bin of the top-label confidence.
 
-    The data of a reliability diagram (Guo et al. 2017; 001 Fig. 2). ``bin_stats(...).ece``
+    The data of a reliability diagram (Guo et al. 2017; Wang & Golebiowski (2024) Fig. 2). ``bin_stats(...).ece``
     equals :func:`ece` with the same arguments.
     """
     n_bins = _check_n_bins(n_bins)
@@ -805,7 +805,7 @@ def ece_sweep(
 ) -> dict[int, float]:
     """A binned metric for each bin count in ``n_bins_list``: ``{n_bins: value}``.
 
-    001 Fig. 5 plots ECE and MCE for 10 ... 1000 bins (the default list) to show that
+    Wang & Golebiowski (2024) Fig. 5 plots ECE and MCE for 10 ... 1000 bins (the default list) to show that
     binned estimates depend on the binning; :func:`sece` has no such knob. ``metric`` is
     one of ``"ece"``, ``"mce"``, ``"adaece"``, ``"classwise_ece"``. The top label is
     computed once for all bin counts.
@@ -914,7 +914,7 @@ def summary(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> dict[str, 
     """The standard report of a set of predictions, as written to a run's ``metrics.json``.
 
     Keys: ``accuracy``, ``nll``, ``brier``, ``ece``, ``adaece``, ``classwise_ece``,
-    ``mce`` (bins ``(lo, hi]``, ``n_bins`` of them; 15 as in 004 and 000). Inputs are
+    ``mce`` (bins ``(lo, hi]``, ``n_bins`` of them; 15 as in Mukhoti et al. (2020) and Lin et al. (2024)). Inputs are
     validated and the top label found once for all of them.
     """
     n_bins = _check_n_bins(n_bins, cells=_width(probs))

@@ -13,7 +13,7 @@ the real ``profile.pick`` sizes and only the trainer's work capped, so:
   (``torch.utils.flop_counter``) times the real dataset sizes and epochs: a training
   example costs three forward passes (forward, and backward at about twice that), an
   evaluated example one, and a gamma-Net meta step about three training steps (its
-  look-ahead, hypergradient and real update; 001 §3.3);
+  look-ahead, hypergradient and real update; Wang & Golebiowski (2024) §3.3);
 * the estimate is ``other_seconds + train_flops / T4_SUSTAINED_FLOPS``.
 
 ``tools/estimate_runtimes.py`` runs every chapter this way and writes

@@ -233,7 +233,7 @@ def expected_score_minimiser(score: str, eta: ArrayLike, **kwargs: float) -> tor
 
     Minimised over logits (last pinned to 0) with BFGS from ``log eta`` and from the
     uniform point; the better of the two is returned. For a strictly proper score it is
-    ``eta``; for focal loss with ``K = 2`` it is 004 Fig. A.1's optimum
+    ``eta``; for focal loss with ``K = 2`` it is Mukhoti et al. (2020) Fig. A.1's optimum
     (:func:`calib.theory.binary_focal_optimum`).
     """
     fn = _score(score)

@@ -1,13 +1,13 @@
 """Offline toy data: a Gaussian mixture with a known posterior, and scikit-learn's digits.
 
-The Gaussian mixture is the toy experiment of 000 section 4.3: K classes, each an
+The Gaussian mixture is the toy experiment of Lin et al. (2024) section 4.3: K classes, each an
 isotropic Gaussian ``N(mu_k, s^2 I)`` with the means drawn uniformly in
-``[low, high]^dim`` (000: K = 5, dim = 2, [-10, 10], identity covariance, 10,000 training
+``[low, high]^dim`` (Lin et al. (2024): K = 5, dim = 2, [-10, 10], identity covariance, 10,000 training
 and 1,000 test points per class). With equal priors the true posterior is
 
 ``eta_k(x) = N(x; mu_k, s^2 I) / sum_j N(x; mu_j, s^2 I) = softmax_k(-||x - mu_k||^2 / (2 s^2))``
 
-(000 Eq. 13), computed here through a log-sum-exp softmax so that points far from
+(Lin et al. (2024) Eq. 13), computed here through a log-sum-exp softmax so that points far from
 every mean do not underflow. Because ``eta`` is known, a calibration error can be
 measured against the truth instead of being estimated from labels.
 
@@ -58,7 +58,7 @@ def _check_means(means: ArrayLike) -> Tensor:
 def true_log_posterior(x: ArrayLike, means: ArrayLike, scale: float = 1.0) -> Tensor:
     """``log eta(x)``, float64 ``(N, K)``: ``log_softmax_k(-||x - mu_k||^2 / (2 s^2))``.
 
-    000 Eq. (13) with equal priors and a shared covariance ``s^2 I``; the Gaussian
+    Lin et al. (2024) Eq. (13) with equal priors and a shared covariance ``s^2 I``; the Gaussian
     normalisers cancel. Use this rather than ``log(true_posterior(...))`` when building
     logits, since ``eta`` underflows to 0 far from a class while ``log eta`` stays finite.
     """
@@ -76,7 +76,7 @@ def true_log_posterior(x: ArrayLike, means: ArrayLike, scale: float = 1.0) -> Te
 
 
 def true_posterior(x: ArrayLike, means: ArrayLike, scale: float = 1.0) -> Tensor:
-    """The true class posterior ``eta(x)`` of the mixture, float64 ``(N, K)`` (000 Eq. 13)."""
+    """The true class posterior ``eta(x)`` of the mixture, float64 ``(N, K)`` (Lin et al. (2024) Eq. 13)."""
     return true_log_posterior(x, means, scale).exp()
 
 
@@ -138,7 +138,7 @@ def gaussian_mixture(
     *,
     means: ArrayLike | None = None,
 ) -> ToyData:
-    """Sample the Gaussian-mixture toy data of 000 section 4.3 with its true posterior.
+    """Sample the Gaussian-mixture toy data of Lin et al. (2024) section 4.3 with its true posterior.
 
     ``num_classes`` means drawn uniformly in ``[low, high]^dim`` (or given as ``means``,
     which then fixes ``num_classes`` and ``dim``), ``n_per_class`` points from each
@@ -174,7 +174,7 @@ def gaussian_splits(
     dim: int = 2,
     scale: float = 1.0,
 ) -> "Splits":
-    """The 000 section 4.3 setup as :class:`calib.data.Splits` (``image=False``).
+    """The Lin et al. (2024) section 4.3 setup as :class:`calib.data.Splits` (``image=False``).
 
     Train / validation / test are independent draws from one mixture (seeds ``seed``,
     ``seed + 1``, ``seed + 2``); ``extra`` holds ``means`` and each split's true posterior

@@ -4,12 +4,12 @@
 ``uint8`` tensors of shape ``(N, C, H, W)``, labels as ``int64``. Normalisation and
 augmentation happen later, on the device, in :class:`calib.data.DeviceLoader`.
 
-Protocol (004 App. B; 000 §5 "Training Setup"): the official test set is the test split;
+Protocol (Mukhoti et al. (2020) App. B; Lin et al. (2024) §5 "Training Setup"): the official test set is the test split;
 ``val_size`` training images (5,000 for CIFAR, giving 45k/5k) are carved out of the
 training set by a seeded permutation and serve for model selection and for fitting the
 temperature. For Tiny-ImageNet the official validation set (10,000 images with
 ``val_annotations.txt``) is the test split and 50 training images per class (10,000)
-form the validation split, as in 004 App. B.
+form the validation split, as in Mukhoti et al. (2020) App. B.
 
 Files each loader expects under ``root`` (``download=True`` fetches them where the
 network allows; otherwise the error message says where to put which file):
@@ -47,7 +47,7 @@ __all__ = ["Splits", "DownloadError", "load", "datasets", "split_indices", "chan
 Tensor = torch.Tensor
 
 # Per-channel mean and standard deviation of the training images in [0, 1], the values in
-# common use for each dataset. The focal-loss code lineage (004) normalises CIFAR-10,
+# common use for each dataset. The focal-loss code lineage (Mukhoti et al. (2020)) normalises CIFAR-10,
 # CIFAR-100 and SVHN alike with std (0.2023, 0.1994, 0.2010), which is not the pixel std
 # of any of them; we use each dataset's own statistics. Tiny-ImageNet follows that
 # lineage's choice, the ImageNet statistics.
@@ -66,9 +66,9 @@ def split_indices(n: int, val_size: int, seed: int, *, labels: Tensor | None = N
 
     A permutation drawn from ``torch.Generator().manual_seed(seed)``: its first
     ``val_size`` entries are the validation indices, the rest the training indices (the
-    recipe of 004's code: shuffle the indices with a fixed seed, split off the head). With
+    recipe of Mukhoti et al. (2020)'s code: shuffle the indices with a fixed seed, split off the head). With
     ``labels`` the split is stratified: the first ``val_size / K`` examples of each of the
-    K classes in permutation order (004 App. B takes 50 per class from Tiny-ImageNet).
+    K classes in permutation order (Mukhoti et al. (2020) App. B takes 50 per class from Tiny-ImageNet).
     Both index sets are returned sorted; they depend only on ``(n, val_size, seed, labels)``.
     """
     check_positive_int(n, "n")
@@ -274,7 +274,7 @@ def _tiny_imagenet(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, 
 
 
 def _read_tiny_folder(folder: Path) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Decode the standard layout; classes numbered in sorted wnid order (as 004's code)."""
+    """Decode the standard layout; classes numbered in sorted wnid order (as Mukhoti et al. (2020)'s code)."""
     wnids = sorted(w.strip() for w in (folder / "wnids.txt").read_text().split() if w.strip())
     index = {w: i for i, w in enumerate(wnids)}
     train_paths, train_labels = [], []
@@ -354,8 +354,8 @@ def load(
 
     ``val_size`` training examples, chosen by :func:`split_indices` with ``split_seed``,
     become the validation split. ``None`` means the papers' protocol: 5,000 for CIFAR and
-    SVHN (CIFAR: 50,000 -> 45,000 + 5,000; 004 App. B, 000 §5 "Training Setup") and
-    10,000 for Tiny-ImageNet, 50 per class (004 App. B; its ``val_size`` must be a
+    SVHN (CIFAR: 50,000 -> 45,000 + 5,000; Mukhoti et al. (2020) App. B, Lin et al. (2024) §5 "Training Setup") and
+    10,000 for Tiny-ImageNet, 50 per class (Mukhoti et al. (2020) App. B; its ``val_size`` must be a
     multiple of the number of classes). Images stay ``uint8``; pass ``splits.mean`` and
     ``splits.std`` to :class:`calib.data.DeviceLoader` to normalise on the device.
 
