@@ -670,14 +670,28 @@ def l2_penalty(params: Sequence[Tensor], coefs: Sequence[Tensor]) -> Tensor:
     return total
 
 
+class _FeaturesOf(nn.Module):
+    """``model.features`` as a module's forward, for :func:`torch.func.functional_call`."""
+
+    def __init__(self, model: nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.model.features(x)
+
+
 def _meta_features(model: nn.Module, x: Tensor) -> Tensor:
-    """Backbone features of the meta batch at theta, without moving the BatchNorm statistics."""
-    saved = _buffers(model)
+    """Backbone features of the meta batch at theta, without moving the BatchNorm statistics.
+
+    The forward runs on *copies* of the buffers, so the model's own running statistics are
+    never written: the training batch's graph saved them for its backward, and an in-place
+    write (even one restoring the old values) would bump their version and break that
+    backward on any BatchNorm network.
+    """
+    buffers = {f"model.{name}": b for name, b in _buffers(model).items()}
     with torch.no_grad():
-        features = model.features(x)
-        for name, buf in model.named_buffers():
-            buf.copy_(saved[name])
-    return features
+        return functional_call(_FeaturesOf(model), buffers, (x,))
 
 
 def l2_hypergradient(

@@ -288,9 +288,14 @@ def _seeds(seeds: Any, preset: str | None) -> list[int]:
 
 def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
                model: str | Iterable[str] = "mlp", preset: str | None = None) -> list[Cell]:
-    """The cells of the grid in its fixed order: data, then model, then loss, then seed."""
+    """The cells of the grid in its fixed order: data, then model, then loss, then seed.
+
+    In smoke mode (``CALIB_SMOKE=1``) only the first :data:`calib.profile.SMOKE_CAPS`
+    ``["seeds"]`` seeds are kept: the same grid of losses, data and models, fewer repeats.
+    """
     from . import data as cdata
     from . import models
+    from . import profile as _profile
 
     if isinstance(losses, str) or (isinstance(losses, tuple) and len(losses) == 2
                                    and isinstance(losses[1], Mapping)):
@@ -307,6 +312,8 @@ def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "d
     if bad := [m for m in model_names if m not in models.names()]:
         raise SweepError(f"model {bad[0]!r} is not a model; choose one of {', '.join(models.names())}")
     seed_list = _seeds(seeds, preset)
+    # CALIB_SMOKE=1: the first SMOKE_CAPS["seeds"] seeds only (every loss, data and model kept)
+    seed_list = seed_list[:_profile.smoke_cap("seeds", len(seed_list))]
     return [Cell(d, m, n, tuple(sorted(k.items())), s, tuple(sorted(t.items())))
             for d in datas for m in model_names for n, k, t in parsed for s in seed_list]
 

@@ -74,6 +74,21 @@ def test_grouped_histograms_counts_every_value() -> None:
     assert heights == pytest.approx(10)  # every value counted once, in its own group
     with pytest.raises(ValueError, match="groups"):
         plots.grouped_histograms({"CE": (v, g + 5)}, group_labels=["a", "b"], xlabel="x")
+    with pytest.raises(ValueError, match="one length"):
+        plots.grouped_histograms({"CE": (v, g[:3])}, group_labels=["a", "b"], xlabel="x")
+
+
+def test_grouped_histograms_draws_an_empty_panel() -> None:
+    """A run too short to learn any test sample (smoke mode) gives an empty, marked panel."""
+    from calib import plots
+
+    empty = (np.array([]), np.array([], dtype=int))
+    fig = plots.grouped_histograms({"CE": (np.arange(4.0), np.array([0, 1, 0, 1])), "LS": empty},
+                                   group_labels=["a", "b"], xlabel="x", bins=4)
+    assert sum(p.get_height() for p in fig.axes[1].patches) == 0
+    assert any(t.get_text() == "no samples" for t in fig.axes[1].texts)
+    fig = plots.grouped_histograms({"CE": empty}, group_labels=["a"], xlabel="x")
+    assert any(t.get_text() == "no samples" for t in fig.axes[0].texts)
 
 
 def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:

@@ -585,3 +585,30 @@ def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path)
     assert [drop(h) for h in load_history(tmp_path / "a")] == [drop(h) for h in load_history(tmp_path / "b")]
     with pytest.raises(CheckpointError, match="meta settings"):
         L2MetaTrainer(_l2_config(tmp_path / "b"), data=data, calib_weight=1.0).fit(resume=True)
+
+
+def test_l2_meta_step_on_a_batchnorm_backbone_leaves_its_statistics_to_the_training_batch() -> None:
+    """The look-ahead on the meta batch neither moves the running statistics nor breaks backward.
+
+    Regression: restoring the BatchNorm buffers in place after the meta forward bumped their
+    version, and the real update's backward (which saved them) failed on ResNets.
+    """
+    import torch.nn.functional as F
+
+    from calib.meta import l2_meta_step
+
+    torch.manual_seed(0)
+    model = Tiny(batchnorm=True).train()
+    reference = copy.deepcopy(model)
+    x, xm = torch.randn(16, 5), 3 + torch.randn(12, 5)
+    y, ym = torch.randint(0, 3, (16,)), torch.randint(0, 3, (12,))
+    coefs = [torch.zeros_like(p).requires_grad_() for p in (model.classifier.weight, model.classifier.bias)]
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    out = l2_meta_step(model, coefs, x, y, xm, ym, opt, torch.optim.Adam(coefs, lr=1e-3),
+                       criterion=F.cross_entropy)
+    assert torch.isfinite(out["loss"]) and torch.isfinite(out["meta_loss"])
+    reference(x)  # the training batch alone moves the statistics
+    bn, bn_ref = model.body[1], reference.body[1]
+    torch.testing.assert_close(bn.running_mean, bn_ref.running_mean)
+    torch.testing.assert_close(bn.running_var, bn_ref.running_var)
+    assert int(bn.num_batches_tracked) == 1

@@ -231,3 +231,18 @@ def test_smoke_cap(monkeypatch):
     assert profile.smoke_cap("seeds", 5) == profile.SMOKE_CAPS["seeds"] and profile.smoke_cap("seeds", 1) == 1
     with pytest.raises(ValueError, match="name"):
         profile.smoke_cap("steps", 3)
+
+
+def test_sweep_grid_keeps_the_first_seeds_in_smoke_mode(monkeypatch):
+    """Smoke mode: every loss, data and model of the grid, the first SMOKE_CAPS["seeds"] seeds."""
+    from calib import sweep as sw
+
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+    full = sw.grid_cells(["ce", "focal:gamma=3"], "paper", "digits", "mlp", preset="wang2021")
+    assert sorted({c.seed for c in full}) == [0, 1, 2, 3, 4]
+    monkeypatch.setenv("CALIB_SMOKE", "1")
+    capped = sw.grid_cells(["ce", "focal:gamma=3"], "paper", "digits", "mlp", preset="wang2021")
+    n = profile.SMOKE_CAPS["seeds"]
+    assert [c.seed for c in capped] == [*range(n), *range(n)] and len(capped) == 2 * n
+    assert {c.loss for c in capped} == {"ce", "focal"}
+    assert [c.seed for c in sw.grid_cells(["ce"], [42], "digits", "mlp")] == [42]

@@ -153,6 +153,8 @@ def grouped_histograms(
     ``panels[name] = (values, groups)``: a 1-D array of values and an integer array of the
     same length giving each value's group in ``0 .. len(group_labels) - 1``. All panels
     share the bin edges, so their spreads compare directly (Wang et al. (2021) Fig. 5).
+    A panel with no values (e.g. no test sample learned by a short run) is drawn empty,
+    marked "no samples".
     """
     panels = _check_mapping(panels, "panels")
     if isinstance(bins, bool) or not isinstance(bins, int) or bins < 1:
@@ -165,15 +167,16 @@ def grouped_histograms(
     data = {}
     for name, (values, groups) in panels.items():
         v, g = np.asarray(values, dtype=float).ravel(), np.asarray(groups).ravel()
-        if v.shape != g.shape or v.size == 0:
-            raise ValueError(f"panels[{name!r}]: values and groups must be non-empty and of one length")
+        if v.shape != g.shape:
+            raise ValueError(f"panels[{name!r}]: values and groups must be of one length")
         if not np.isfinite(v).all():
             raise ValueError(f"panels[{name!r}]: values contain NaN or inf")
-        if not np.issubdtype(g.dtype, np.integer) or g.min() < 0 or g.max() >= n_groups:
+        if v.size and (not np.issubdtype(g.dtype, np.integer) or g.min() < 0 or g.max() >= n_groups):
             raise ValueError(f"panels[{name!r}]: groups must be integers in [0, {n_groups})")
         data[name] = (v, g)
-    lo = min(v.min() for v, _ in data.values())
-    hi = max(v.max() for v, _ in data.values())
+    filled = [v for v, _ in data.values() if v.size]
+    lo = min((v.min() for v in filled), default=0.0)
+    hi = max((v.max() for v in filled), default=1.0)
     edges = np.linspace(lo, hi if hi > lo else lo + 1.0, bins + 1)
     ncols = min(ncols, len(data))
     nrows = -(-len(data) // ncols)
@@ -182,6 +185,9 @@ def grouped_histograms(
     colors = _colors()
     for ax, (name, (v, g)) in zip(axes, data.items()):
         stacks = [v[g == k] for k in range(n_groups)]
+        if not v.size:
+            ax.text(0.5, 0.5, "no samples", ha="center", va="center", transform=ax.transAxes,
+                    fontsize=_FONT)
         ax.hist(stacks, bins=edges, stacked=True, color=[colors[k % len(colors)] for k in range(n_groups)],
                 label=list(group_labels))
         ax.set_title(name, fontsize=_FONT + 1)
