@@ -791,20 +791,10 @@ class FocalGRALoss(_GammaLoss):
         super().__init__(gamma, reduction)
 
 
-class FLSD53GRALoss(_LossModule):
-    """Module form of :func:`flsd53_gra_loss`."""
+class FLSD53GRALoss(FLSD53Loss):
+    """Module form of :func:`flsd53_gra_loss` (the settings of :class:`FLSD53Loss`)."""
 
     _fn = staticmethod(flsd53_gra_loss)
-
-    def __init__(
-        self, gamma_low: float = 3.0, gamma_high: float = 5.0, threshold: float = 0.2, reduction: Reduction = "mean"
-    ) -> None:
-        super().__init__(
-            reduction,
-            gamma_low=check_nonnegative(gamma_low, "gamma_low"),
-            gamma_high=check_nonnegative(gamma_high, "gamma_high"),
-            threshold=_check_unit(threshold, "threshold"),
-        )
 
 
 class DualFocalGRALoss(_GammaLoss):

@@ -442,6 +442,19 @@ def meta_split(x: Tensor, y: Tensor, *, seed: int = 0) -> tuple[tuple[Tensor, Te
 
 
 # --------------------------------------------------------------------------- trainer
+def _check_meta_config(config: Any, meta: str, needs: str) -> None:
+    """A valid :class:`TrainConfig` for a meta trainer: ``config.meta == meta``, a known objective."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    config.validate()
+    if config.meta != meta:
+        raise ValueError(f"{needs}, got {config.meta!r}")
+    if config.meta_objective not in OBJECTIVES:
+        raise ValueError(
+            f"config.meta_objective must be one of {', '.join(OBJECTIVES)}, got {config.meta_objective!r}"
+        )
+
+
 class MetaTrainer(Trainer):
     """:class:`calib.train.Trainer` with gamma-Net meta-regularisation (Wang & Golebiowski (2024), §3.3, §4.3).
 
@@ -498,15 +511,7 @@ class MetaTrainer(Trainer):
         tau: float | None = None,
         init_gamma: float | None = None,
     ) -> None:
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        config.validate()
-        if config.meta != "gamma_net":
-            raise ValueError(f"MetaTrainer needs config.meta='gamma_net' or 'l2_reg', got {config.meta!r}")
-        if config.meta_objective not in OBJECTIVES:
-            raise ValueError(
-                f"config.meta_objective must be one of {', '.join(OBJECTIVES)}, got {config.meta_objective!r}"
-            )
+        _check_meta_config(config, "gamma_net", "MetaTrainer needs config.meta='gamma_net' or 'l2_reg'")
         if config.loss not in ("focal", "ce"):
             raise ValueError(
                 f"config.loss is {config.loss!r}, but gamma-Net meta-training trains the backbone with focal "
@@ -824,15 +829,7 @@ class L2MetaTrainer(MetaTrainer):
         bandwidth: float | None = None,
         calib_weight: float | None = None,
     ) -> None:
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        config.validate()
-        if config.meta != "l2_reg":
-            raise ValueError(f"L2MetaTrainer needs config.meta='l2_reg', got {config.meta!r}")
-        if config.meta_objective not in OBJECTIVES:
-            raise ValueError(
-                f"config.meta_objective must be one of {', '.join(OBJECTIVES)}, got {config.meta_objective!r}"
-            )
+        _check_meta_config(config, "l2_reg", "L2MetaTrainer needs config.meta='l2_reg'")
         if int(os.environ.get("WORLD_SIZE", "1")) > 1:
             raise ValueError("L2MetaTrainer runs in one process; multi-process meta-training is not supported")
         self.meta_settings = _l2_settings(

@@ -409,18 +409,9 @@ def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
 def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
     """Write the manifest, or check the one there; refuse a foreign directory before touching it."""
     path = out / MANIFEST_FILE
+    _check_directory(out, manifest)
     if path.exists():
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise SweepError(f"{path} is unreadable ({exc}); not touching {out}") from None
-        if diff := _manifest_diff(old, manifest):
-            raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
-                             "arguments to resume it")
         return
-    if out.exists() and _holds_files(out):
-        raise SweepError(f"{out} exists, is not empty and holds no {MANIFEST_FILE}: not a sweep directory; "
-                         "choose another one")
     out.mkdir(parents=True, exist_ok=True)
     text = json.dumps(manifest, indent=1, sort_keys=True) + "\n"
     tmp = out / f".{MANIFEST_FILE}.{os.getpid()}.tmp"
