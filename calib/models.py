@@ -13,18 +13,19 @@ resnet20/32/56/110          He et al. 2016 §4.2 CIFAR ResNets 6n+2, widths     
                             16/32/64, option-A (parameter-free) shortcuts         0.85M / 1.7M
 resnet18, resnet50          ImageNet ResNets in CIFAR form (3×3 stem, no          11.17M / 23.52M
                             max-pool), as in Mukhoti et al. (2020)'s code
-resnet110_bottleneck        what Mukhoti et al. (2020)'s code calls ResNet-110     45.9M
-                            (and the ResNet-110 of their and Lin et al. (2024)'s
-                            tables): the CIFAR-form ImageNet ResNet with
-                            bottleneck blocks [3, 4, 26, 3]
-resnet50_tiny_imagenet      that code's Tiny-ImageNet ResNet-50: resnet50 with     25.14M
+resnet110_bottleneck        what Mukhoti et al. (2020)'s code calls ResNet-110    45.9M
+                            (and the ResNet-110 of their and Lin et al.
+                            (2024)'s tables): the CIFAR-form ImageNet ResNet
+                            with bottleneck blocks [3, 4, 26, 3]
+resnet50_tiny_imagenet      that code's Tiny-ImageNet ResNet-50: resnet50 with    25.14M
                             the last map pooled to 2×2 (8192 features)            (200 cl.)
 wrn26_10                    WideResNet-26-10 (Zagoruyko & Komodakis 2016) in      36.5M
                             Mukhoti et al. (2020)'s form: 4 basic blocks per
                             stage, widths 160/320/640
 densenet121                 DenseNet-BC-121 (Huang et al. 2017) in CIFAR form:    6.96M
                             3×3 stem with 64 channels, growth 32
-small_cnn                   three 3×3 conv blocks + global pooling (quick profile)
+small_cnn                   three 3×3 conv blocks + global pooling (quick
+                            profile)
 mlp                         fully connected ReLU network (toy data, Lin et al.
                             (2024) §4.3)
 ==========================  ====================================================  ==========

@@ -42,7 +42,7 @@ from .. import profile as _profile
 from .._checks import check_positive_int
 from .splits import Splits, smoke_subset
 
-__all__ = ["Splits", "DownloadError", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
+__all__ = ["DownloadError", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
 
 Tensor = torch.Tensor
 
