@@ -353,7 +353,7 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
     """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; Lin et al. 2024, Eq. 5).
 
     ``p̂_j`` is the largest probability strictly below ``p̂_y`` (0 if none): see
-    :func:`calib.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``. γ = 5 in 000.
+    :func:`calib.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``. γ = 5 in Lin et al. (2024).
     """
     x, y = _prepare(logits, targets, reduction)
     gamma = check_gamma(gamma, x.shape[0])

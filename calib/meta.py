@@ -137,7 +137,7 @@ class GammaNet(nn.Module):
     Args:
         in_features: ``d``, the backbone's penultimate width (512 for Wang & Golebiowski (2024)'s ResNet-18).
         num_heads: ``k``; Wang & Golebiowski (2024) sets it to the number of classes.
-        tau: temperature of Eq. (4), 0.01 in 001.
+        tau: temperature of Eq. (4), 0.01 in Wang & Golebiowski (2024).
         init_gamma: the gamma every input gets at initialisation (1.0 in Wang & Golebiowski (2024), §5).
         generator: optional random generator for a reproducible initialisation.
 

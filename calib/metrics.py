@@ -11,7 +11,7 @@ Bin conventions (``closed``):
 
 ``"right"`` (default)
     bins ``(lo, hi]``, with a confidence of exactly 0 kept in the first bin. This is the
-    convention of the source papers' code (Mukhoti et al. (2020) section 2 writes the bins as
+    convention of the papers' code (Mukhoti et al. (2020) section 2 writes the bins as
     ``((i-1)/M, i/M]``).
 ``"left"``
     bins ``[lo, hi)``, with a confidence of exactly 1 kept in the last bin. torchmetrics
@@ -325,7 +325,7 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     """Equal-mass bin edges: the ``n_bins + 1`` quantiles of ``conf``, linearly interpolated.
 
     The edge ``j`` is the sorted confidence at fractional position ``j * N / n_bins``
-    (clamped to the last sample), as in the AdaECE code of 004. Only those ``2 (n_bins +
+    (clamped to the last sample), as in the AdaECE code of Mukhoti et al. (2020). Only those ``2 (n_bins +
     1)`` order statistics are needed, so on CPU numpy's ``partition`` (introselect, O(N))
     finds them instead of a full sort; the values are the same.
     """
