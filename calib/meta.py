@@ -442,6 +442,16 @@ def meta_split(x: Tensor, y: Tensor, *, seed: int = 0) -> tuple[tuple[Tensor, Te
 
 
 # --------------------------------------------------------------------------- trainer
+def _check_saved_settings(state: dict[str, Any], current: dict[str, Any]) -> None:
+    """Refuse to resume a meta run under other meta settings than its checkpoint's."""
+    saved = state.get("meta_settings", {})
+    if saved != current:
+        raise CheckpointError(
+            f"checkpoint was trained with meta settings {saved}, this run has {current}; "
+            "use the same settings or another out="
+        )
+
+
 def _check_meta_config(config: Any, meta: str, needs: str) -> None:
     """A valid :class:`TrainConfig` for a meta trainer: ``config.meta == meta``, a known objective."""
     if not isinstance(config, TrainConfig):
@@ -610,12 +620,7 @@ class MetaTrainer(Trainer):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if "gamma_net" not in state:
             raise CheckpointError("checkpoint has no gamma-Net state: it was not written by a MetaTrainer")
-        saved = state.get("meta_settings", {})
-        if saved != self.meta_settings:
-            raise CheckpointError(
-                f"checkpoint was trained with meta settings {saved}, this run has {self.meta_settings}; "
-                "use the same settings or another out="
-            )
+        _check_saved_settings(state, self.meta_settings)
         self.gamma_net.load_state_dict(state["gamma_net"])
         self.meta_optimizer.load_state_dict(state["meta_optimizer"])
         self.meta_loader.load_state_dict(state["meta_loader"])
@@ -875,12 +880,7 @@ class L2MetaTrainer(MetaTrainer):
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if "l2_coefs" not in state:
             raise CheckpointError("checkpoint has no L2 coefficients: it was not written by an L2MetaTrainer")
-        saved = state.get("meta_settings", {})
-        if saved != self.meta_settings:
-            raise CheckpointError(
-                f"checkpoint was trained with meta settings {saved}, this run has {self.meta_settings}; "
-                "use the same settings or another out="
-            )
+        _check_saved_settings(state, self.meta_settings)
         with torch.no_grad():
             for c, v in zip(self.coefs, state["l2_coefs"]):
                 c.copy_(v.to(c.device))
