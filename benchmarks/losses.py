@@ -5,7 +5,7 @@
 2. One full training step (forward, loss, backward, SGD step) of a CIFAR ResNet-20
    (``calib.models.make("resnet20", 10)``), batch 128 of 3×32×32, with ``bsce_gra`` and
    with ``ce``, timed alternately so that drift in the machine's speed hits both alike.
-   Target: BSCE-GRA's overhead at most 3%; paper 000 reports 8.6% (139 vs 128 minutes).
+   Target: BSCE-GRA's overhead at most 3%; Lin et al. (2024) report 8.6% (139 vs 128 minutes).
 
 Runs on CUDA when present, else CPU. ``--quick`` uses fewer repetitions.
 Run: ``python benchmarks/losses.py`` (``make bench`` runs every benchmark).
@@ -27,7 +27,7 @@ from _timing import header, row  # noqa: E402
 
 from calib import losses, profile  # noqa: E402
 
-PAPER_OVERHEAD = (139 - 128) / 128  # 000 §5: training time of BSCE-GRA vs CE, ResNet-50 CIFAR
+PAPER_OVERHEAD = (139 - 128) / 128  # Lin et al. (2024) §5: training time of BSCE-GRA vs CE, ResNet-50 CIFAR
 TARGET_OVERHEAD = 0.03
 
 
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         f"loss alone at (128, 10): ce {pair['ce'] * 1e3:.3f} ms, bsce_gra {pair['bsce_gra'] * 1e3:.3f} ms; "
         f"difference / fastest CE step = {extra:+.3%} (the overhead the loss itself adds)"
     )
-    print(f"paper 000: {PAPER_OVERHEAD:+.1%} (139 vs 128 min, ResNet-50 CIFAR-10, GPU)")
+    print(f"Lin et al. (2024): {PAPER_OVERHEAD:+.1%} (139 vs 128 min, ResNet-50 CIFAR-10, GPU)")
     print(f"loss-only ratio bsce_gra/ce on (4096, 100): {times['bsce_gra'][1]:.2f}x")
 
 

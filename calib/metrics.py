@@ -25,7 +25,6 @@ the cost is a few passes over the data: no Python loop over samples or bins.
 """
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Callable, Literal, Sequence
@@ -41,10 +40,9 @@ from ._checks import (
     check_nk_shape,
     check_positive,
     check_positive_int,
-    probs_error,
-    row_sum_tolerance,
 )
 from . import _checks
+from ._scan import Checked, Rows, scan, serial, top_label
 
 __all__ = [
     "accuracy",
@@ -78,10 +76,6 @@ NLL_EPS = 1e-12
 FIG5_BINS = (10, 20, 50, 100, 200, 500, 1000)
 # Entries of (N, K) processed at once by classwise ECE and SECE (bounds memory).
 _CHUNK = 1 << 22
-# Entries per chunk of the fused validation + top-label pass (_scan): 4 MiB of
-# float32 (within L3), so the row max, row sum, minimum and label pick mostly hit the
-# cache, in few enough chunks that per-call overhead stays small.
-_SCAN_CHUNK = 1 << 20
 # Row-sum tolerance of the probability check (calib._checks.check_probs_fast default);
 # half precision gets a wider one (calib._checks.row_sum_tolerance).
 _ROW_SUM_ATOL = 1e-3
@@ -99,124 +93,9 @@ _COMPARE_MAX_EDGES = 32
 # --------------------------------------------------------------------------- inputs
 
 
-@contextlib.contextmanager
-def _serial(device: torch.device):
-    """One intra-op thread on CPU for loops of many small ops (restored afterwards).
-
-    Each parallel region of a chunk-sized op waits for every pool thread; on a shared
-    machine one descheduled thread costs a whole time slice per region, so loops over
-    cache-sized chunks run serially (the whole-array ops around them stay parallel).
-    """
-    n = torch.get_num_threads()
-    if device.type != "cpu" or n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
-
-
-@dataclass(frozen=True)
-class _Checked:
-    """Validated predictions and their top label, from one fused pass (:func:`_scan`)."""
-
-    p: Tensor  # (N, K) probabilities (half precision promoted to float32), detached
-    y: Tensor  # (N,) int64 labels on p's device
-    conf: Tensor  # (N,) top-label confidence max_k p_ik
-    correct: Tensor  # (N,) bool, argmax_k p_ik == y_i (first of tied maxima, as argmax)
-
-
-def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> _Checked:
-    """Validate ``probs``/``labels`` and find the top label in one pass over ``(N, K)``.
-
-    The same contract as :func:`calib._checks.check_probs_fast` (finite, entries in
-    [0, 1] up to 1e-6, rows summing to 1 within :func:`calib._checks.row_sum_tolerance`),
-    but the row maxima, row sums, the minimum and ``p[i, y_i]`` are computed chunk by
-    chunk (``_SCAN_CHUNK`` entries), so each chunk is read from memory once and the other
-    reductions hit the cache. NaN propagates through the row maxima and sums, inf through
-    the range, so no separate finiteness pass is needed.
-    """
-    p = as_tensor(probs, name)
-    tol = row_sum_tolerance(p.dtype)
-    if not p.is_floating_point():
-        p = p.to(torch.get_default_dtype())
-    elif p.dtype in (torch.float16, torch.bfloat16):
-        p = p.float()
-    check_nk_shape(p, name)
-    p = p.detach()
-    n, k = p.shape
-    y = check_labels(labels, n, k, "labels").to(p.device)
-    conf = torch.empty(n, dtype=p.dtype, device=p.device)
-    rows = torch.empty(n, dtype=p.dtype, device=p.device)
-    p_true = torch.empty(n, 1, dtype=p.dtype, device=p.device)
-    step = max(1, _SCAN_CHUNK // k)
-    lows = torch.empty((n + step - 1) // step, dtype=p.dtype, device=p.device)
-    ones = torch.ones(k, dtype=p.dtype, device=p.device) if k < 32 else None
-    tie_free = _tie_free(k, tol)
-    buf = torch.empty(0, dtype=p.dtype, device=p.device)
-    tied = []
-    with _serial(p.device):
-        buf = _scan_chunks(p, y, step, conf, rows, p_true, lows, ones, tie_free, buf, tied)
-    worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
-    lo, hi = float(lows.amin()), float(conf.amax())
-    problem = probs_error(name, worst, lo, hi, tol)
-    if problem is not None:
-        raise ValueError(problem)
-    correct = p_true.squeeze(1).eq(conf)
-    if tied:  # rare outside quantised data: argmax settles which tied index comes first
-        rows_tied = torch.cat(tied)
-        first = p.index_select(0, rows_tied).argmax(dim=1)
-        correct.index_copy_(0, rows_tied, first.eq(y.index_select(0, rows_tied)))
-    return _Checked(p, y, conf, correct)
-
-
-def _scan_chunks(
-    p: Tensor, y: Tensor, step: int, conf: Tensor, rows: Tensor, p_true: Tensor, lows: Tensor,
-    ones: Tensor | None, tie_free: float, buf: Tensor, tied: list[Tensor],
-) -> Tensor:
-    """The chunk loop of :func:`_scan`: fills ``conf``, ``rows``, ``p_true``, ``lows``, ``tied``."""
-    for i, start in enumerate(range(0, p.shape[0], step)):
-        stop = min(start + step, p.shape[0])
-        chunk = p[start:stop]
-        torch.amax(chunk, 1, out=conf[start:stop])
-        if ones is not None:  # narrow rows: a matrix-vector product sums ~2x faster than sum(dim=1)
-            torch.mv(chunk, ones, out=rows[start:stop])
-        else:
-            torch.sum(chunk, 1, out=rows[start:stop])
-        torch.amin(chunk.reshape(-1) if chunk.is_contiguous() else chunk.amin(1), 0, out=lows[i])
-        torch.gather(chunk, 1, y[start:stop, None], out=p_true[start:stop])
-        buf, rows_tied = _ties_in(chunk, y[start:stop], conf[start:stop], p_true[start:stop, 0], tie_free, buf)
-        if rows_tied is not None:
-            tied.append(rows_tied.add_(start))
-    return buf
-
-
-def _tie_free(k: int, atol: float) -> float:
-    """Above this confidence no row can have two maxima (half the largest valid row sum)."""
-    return 0.5 * (1 + atol + k * 1e-6)
-
-
-def _ties_in(
-    chunk: Tensor, y: Tensor, conf: Tensor, p_true: Tensor, tie_free: float, buf: Tensor
-) -> tuple[Tensor, Tensor | None]:
-    """Rows of ``chunk`` where ``p[i, y_i] == c_i`` might be a tie with an earlier index.
-
-    A tie needs another entry equal to ``c_i``: impossible above ``tie_free``, and an
-    earlier index needs ``y_i > 0``. For the remaining candidates the largest entry other
-    than ``p[i, y_i]`` (label set to -inf in a reused buffer, while the chunk is in cache)
-    equals ``c_i`` exactly when the maximum is tied. Returns the buffer and the tied rows.
-    """
-    cand = (p_true.eq(conf) & conf.le(tie_free) & y.gt(0)).nonzero().squeeze(1)
-    if not cand.numel():
-        return buf, None
-    if buf.numel() < cand.numel() * chunk.shape[1]:
-        buf = torch.empty(chunk.shape[0] * chunk.shape[1], dtype=chunk.dtype, device=chunk.device)
-    sub = torch.index_select(chunk, 0, cand, out=buf[:cand.numel() * chunk.shape[1]].view(-1, chunk.shape[1]))
-    others = sub.scatter_(1, y.index_select(0, cand)[:, None], -math.inf).amax(dim=1)
-    tied = cand[others.eq(conf.index_select(0, cand))]
-    return buf, (tied if tied.numel() else None)
+def _scan(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked:
+    """Validated input and its top label from one pass (:func:`calib._scan.scan`)."""
+    return scan(probs, labels, name)[0]
 
 
 def _inputs(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
@@ -238,47 +117,6 @@ def _at_label(p: Tensor, y: Tensor) -> Tensor:
     n, k = p.shape
     flat = torch.arange(0, n * k, k, device=p.device).add_(y)
     return p.view(-1).index_select(0, flat)
-
-
-def _top_label(p: Tensor, y: Tensor, atol: float = _ROW_SUM_ATOL) -> tuple[Tensor, Tensor]:
-    """Top-label confidence ``c_i = max_k p_ik`` and correctness ``1[argmax_k p_ik = y_i]``.
-
-    ``argmax`` returns the first of tied maxima, so ``pi_i`` is ``p_{i,y_i} = c_i`` with no
-    earlier index reaching ``c_i`` (:func:`_resolve_ties`). On CPU, ``amax`` plus a select
-    of ``p[i, y_i]`` costs about half of ``max(dim=1)`` with its index bookkeeping
-    (``benchmarks/metrics.py``). Validated inputs get both from :func:`_scan` instead.
-    """
-    conf = p.amax(dim=1)
-    correct = _at_label(p, y).eq(conf)
-    _resolve_ties(p, y, conf, correct, atol)
-    return conf, correct
-
-
-def _resolve_ties(p: Tensor, y: Tensor, conf: Tensor, correct: Tensor, atol: float) -> None:
-    """Set ``correct[i]`` to ``argmax_k p_ik == y_i`` where ``p[i, y_i] == c_i`` may be a tie.
-
-    A tie needs two entries equal to ``c_i``, impossible when ``c_i`` exceeds half the
-    largest row sum that validation lets through (``1 + atol``, plus ``K * 1e-6`` for
-    slightly negative entries), and an earlier index needs ``y_i > 0``; only the
-    remaining rows pay for an ``argmax``.
-    """
-    tie_free = _tie_free(p.shape[1], atol)
-    maybe_tied = (correct & (conf <= tie_free) & (y > 0)).nonzero().squeeze(1)  # y = 0 has no earlier index
-    if not maybe_tied.numel():
-        return
-    # the largest entry other than p[i, y_i] equals c_i only if the maximum is tied; rows are
-    # copied a block at a time into one reused buffer (fresh large buffers cost page faults)
-    block = max(1, _SCAN_CHUNK // p.shape[1])
-    buf = torch.empty(min(block, maybe_tied.numel()), p.shape[1], dtype=p.dtype, device=p.device)
-    for start in range(0, maybe_tied.numel(), block):
-        rows = maybe_tied[start:start + block]
-        y_rows = y.index_select(0, rows)
-        sub = torch.index_select(p, 0, rows, out=buf[:rows.numel()])
-        others = sub.scatter_(1, y_rows[:, None], -math.inf).amax(dim=1)
-        tied = others.eq(conf.index_select(0, rows)).nonzero().squeeze(1)
-        if tied.numel():  # rare outside quantised data: argmax settles which index comes first
-            first = p.index_select(0, rows.index_select(0, tied)).argmax(dim=1)
-            correct.index_copy_(0, rows.index_select(0, tied), first.eq(y_rows.index_select(0, tied)))
 
 
 def _check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
@@ -424,8 +262,12 @@ def _binned_sum(idx: Tensor, w: Tensor, n_bins: int) -> Tensor:
 
 def _ece_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
     """``sum_m |B_m|/N |acc_m - conf_m| = (1/N) sum_m |sum_{i in B_m} (pi_i - c_i)|``: one bincount."""
-    gap = _binned_sum(idx, correct.to(conf.dtype).sub_(conf), n_bins)
-    return float(gap.abs_().sum()) / conf.numel()
+    return float(_gap_sums(idx, correct, conf, n_bins).abs_().sum()) / conf.numel()
+
+
+def _gap_sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> Tensor:
+    """``sum_{i in B_m} (pi_i - c_i)`` for every bin ``m`` (float64)."""
+    return _binned_sum(idx, correct.to(conf.dtype).sub_(conf), n_bins)
 
 
 def _mce_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
@@ -493,8 +335,12 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     """
     n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-    c = _scan(probs, labels)
-    return _ece_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
+
+    def gap_sums(rows: Rows) -> Tensor:  # per bin sum of (pi_i - c_i), while the chunk is in cache
+        return _gap_sums(_bin_index(rows.conf, n_bins, closed), rows.correct, rows.conf, n_bins)
+
+    c, parts = scan(probs, labels, per_chunk=gap_sums)
+    return float(torch.stack(parts).sum(0).abs_().sum()) / c.conf.numel()
 
 
 @torch.no_grad()
@@ -536,19 +382,19 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, clos
     Each class ``k`` bins the probability ``p_ik`` of every sample (not only the top
     label) and compares the bin's mean ``p_ik`` with the frequency of ``y_i = k``:
     ``(1/K) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)| / N``. ``K`` is the width of
-    ``probs``, so classes absent from ``labels`` still count. Rows are processed in
-    chunks of about 4M entries (a loop over chunks, not samples) to bound memory.
+    ``probs``, so classes absent from ``labels`` still count.
 
     Cost: with ``e_1`` the first inner edge, every entry at or below it (most of them
     when K is large) lies in bin 0, so ``sum_{i in B_k0} p_ik`` is the column sum minus
     the other bins' sums. Only the entries above ``e_1`` are binned and scattered, and
-    the label indicator contributes one entry per row; column sums and the selection of
-    the entries above ``e_1`` are one pass over each chunk.
+    the label indicator contributes one entry per row. All of it runs on each chunk of
+    the validation pass while the chunk is in cache (:mod:`calib._scan`), so the input is
+    read from memory once.
     """
     n_bins = _check_n_bins(n_bins, cells=_width(probs))
     _check_closed(closed)
-    c = _scan(probs, labels)
-    return _classwise(c.p, c.y, n_bins, closed)
+    c, parts = scan(probs, labels, per_chunk=lambda rows: _classwise_sums(rows, n_bins, closed))
+    return _classwise_total(parts, *c.p.shape, n_bins)
 
 
 def _width(probs: ArrayLike) -> int:
@@ -568,26 +414,52 @@ def _above_first_edge(pc: Tensor, e1: float, closed: str) -> tuple[Tensor, Tenso
 
 
 def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
+    """Classwise ECE of checked input, a block of rows at a time (see :func:`classwise_ece`)."""
     n, k = p.shape
-    col = torch.zeros(k, dtype=torch.float64, device=p.device)
-    psum = torch.zeros(k * n_bins, dtype=torch.float64, device=p.device)
-    e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=p.dtype)[1]) if n_bins > 1 else math.inf
-    # float64 inputs are summed in float64; float32 ones in float32 over blocks of at most
-    # _SUM_CHUNK rows with float64 totals (as in _binned_sum: ~1e-8 relative, tested)
-    rows = max(1, min(_CHUNK // k, _SUM_CHUNK))
-    with _serial(p.device):
-        for start in range(0, n, rows):
-            pc = p[start:start + rows].contiguous()
-            col += pc.sum(dim=0).double()
-            if n_bins > 1:
-                v, where = _above_first_edge(pc, e1, closed)
-                cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
-                psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+    rows = max(1, _CHUNK // k)
+    with serial(p.device):
+        parts = [_classwise_sums(Rows(p[i:i + rows], y[i:i + rows], None, None, None), n_bins, closed)
+                 for i in range(0, n, rows)]
+    return _classwise_total(parts, n, k, n_bins)
+
+
+def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tensor, Tensor]:
+    """For a block of rows, per class ``k``: the column sum of ``p_ik``, and per cell
+    ``(k, m)`` (flat index ``k * n_bins + m``) the sum of ``p_ik`` and the count of
+    ``y_i = k`` over the samples whose ``p_ik`` falls in bin ``m``.
+
+    Only entries above the first edge are binned (most entries lie in bin 0 when K is
+    large); bin 0's sums are the column sums minus the other bins' (:func:`_classwise_total`).
+    """
+    pc, yc = rows.p, rows.y
+    k = pc.shape[1]
+    psum = torch.zeros(k * n_bins, dtype=torch.float64, device=pc.device)
+    if n_bins > 1:
+        e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype)[1])
+        v, where = _above_first_edge(pc, e1, closed)
+        cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
+        psum = torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+    p_true = rows.p_true if rows.p_true is not None else _at_label(pc, yc)
+    hits = torch.bincount(yc.mul(n_bins).add_(_bin_index(p_true, n_bins, closed)), minlength=k * n_bins)
+    return _column_sums(pc), psum, hits
+
+
+def _column_sums(pc: Tensor) -> Tensor:
+    """``pc.sum(0)`` as float64; float32 input is summed over blocks of ``_SUM_CHUNK`` rows
+    with float64 totals (as in :func:`_binned_sum`: ~1e-8 relative, tested)."""
+    if pc.dtype == torch.float64 or pc.shape[0] <= _SUM_CHUNK:
+        return pc.sum(dim=0).double()
+    m = pc.shape[0] // _SUM_CHUNK
+    full = pc[:m * _SUM_CHUNK].view(m, _SUM_CHUNK, -1).sum(dim=1).double().sum(dim=0)
+    return full + pc[m * _SUM_CHUNK:].sum(dim=0).double()
+
+
+def _classwise_total(parts: list, n: int, k: int, n_bins: int) -> float:
+    """``(1/(N K)) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)|`` from per-block sums."""
+    col, psum, hits = (torch.stack(t).sum(0) for t in zip(*parts))
     psum = psum.view(k, n_bins)
     psum[:, 0] = col - psum[:, 1:].sum(dim=1)  # bin 0 holds every entry not selected above
-    label_cells = y.mul(n_bins).add_(_bin_index(_at_label(p, y), n_bins, closed))
-    hits = torch.bincount(label_cells, minlength=k * n_bins).view(k, n_bins).double()
-    return float((hits - psum).abs_().sum()) / (n * k)
+    return float((hits.view(k, n_bins).double() - psum).abs_().sum()) / (n * k)
 
 
 # --------------------------------------------------------------------------- smooth ECE
@@ -631,7 +503,7 @@ def _sece_terms(z: Tensor, pi: Tensor, h: float) -> Tensor:
 
 def _sece_inputs(
     probs: ArrayLike, labels: ArrayLike, bandwidth: float, per_step: bool = False
-) -> tuple[_Checked, float]:
+) -> tuple[Checked, float]:
     """Checked SECE inputs. ``per_step`` (the training objective): value checks only where
     they cost no GPU sync (:func:`calib._checks.reads_values`); elsewhere one fused pass."""
     h = _check_bandwidth(bandwidth)
@@ -641,7 +513,7 @@ def _sece_inputs(
             p = p.float()
         y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=True).to(p.device)
         conf, pred = p.max(dim=1)
-        return _Checked(p, y, conf, pred.eq(y)), h
+        return Checked(p, y, conf, pred.eq(y)), h
     return _scan(probs, labels), h
 
 
@@ -833,7 +705,7 @@ def _per_sample_stat(metric_fn: Callable, p: Tensor, y: Tensor, kw: dict) -> tup
     Means of a per-sample value (accuracy, NLL, Brier) and the binned ECE/MCE reduce to
     gathers and one bincount per block of bootstrap replicates.
     """
-    conf, correct = _top_label(p, y)
+    conf, correct = top_label(p, y, _ROW_SUM_ATOL)
     if metric_fn in (accuracy, nll, brier_score) and not kw:
         p_true = p.gather(1, y[:, None]).squeeze(1).double()
         if metric_fn is accuracy:

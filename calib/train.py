@@ -564,8 +564,14 @@ class Trainer:
         else:
             dev = _profile.device()
         if dev.type == "cuda" and self.world_size > 1:
+            if self.local_rank >= torch.cuda.device_count():
+                raise ValueError(f"local rank {self.local_rank} has no CUDA device: only "
+                                 f"{torch.cuda.device_count()} are visible; start at most that many "
+                                 "processes per node, or pass device='cpu'")
             dev = torch.device("cuda", self.local_rank)
         if dev.type == "cuda":
+            if dev.index is None:  # set_device needs an index: plain "cuda" is the current device
+                dev = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(dev)
         return dev
 

@@ -38,7 +38,7 @@ WORKER = textwrap.dedent(
     data = Splits(x[tr], y[tr], x[va], y[va], x[te], y[te], num_classes=10, mean=(), std=(),
                   name="digits", image=False)
     cfg = TrainConfig(data="digits", model="mlp", model_kwargs={"hidden": 32}, epochs=3, batch_size=64,
-                      milestones=(), lr=0.1, seed=5, progress=False, out=sys.argv[1])
+                      milestones=(), lr=0.1, seed=5, progress=False, out=sys.argv[1], device="cpu")
     Trainer(cfg, data=data).fit()
     """
 )

@@ -9,7 +9,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import calib._scan
 from calib import metrics as M
+from calib._scan import top_label
 
 PROPS = settings(max_examples=40, deadline=None)
 
@@ -283,9 +285,11 @@ def test_ties_follow_argmax_first_index():
     counts[counts.sum(1) == 0] = 1.0
     p = counts / counts.sum(1, keepdim=True)
     y = torch.randint(0, 4, (4000,), generator=g)
-    conf, correct = M._top_label(p, y)
+    conf, correct = top_label(p, y, 1e-3)
     assert torch.equal(correct, p.argmax(1).eq(y))
     assert torch.equal(conf, p.max(1).values)
+    checked = M._scan(p, y)  # the fused pass settles ties the same way
+    assert torch.equal(checked.correct, p.argmax(1).eq(y)) and torch.equal(checked.conf, conf)
 
 
 # ----------------------------------------------------------------------------- properties
@@ -760,10 +764,40 @@ def test_fused_pass_chunking_does_not_change_results(monkeypatch):
     p = counts / counts.sum(1, keepdim=True)  # many exact ties among maxima
     y = torch.randint(0, 5, (3000,), generator=g)
     whole = M.summary(p, y)
-    monkeypatch.setattr(M, "_SCAN_CHUNK", 64)  # 12 rows per chunk, many chunks
-    assert M.summary(p, y) == pytest.approx(whole, abs=1e-12)
+    monkeypatch.setattr(calib._scan, "CHUNK", 64)  # 12 rows per chunk, many chunks
+    threads = torch.get_num_threads()
+    for workers in (1, 3):  # one thread, and chunks shared between three worker threads
+        torch.set_num_threads(workers)
+        try:
+            assert M.summary(p, y) == pytest.approx(whole, abs=1e-12)
+            assert torch.get_num_threads() == workers  # restored after the pass
+        finally:
+            torch.set_num_threads(threads)
     assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
     with pytest.raises(ValueError, match="NaN"):
         q = p.clone()
         q[2999, 3] = float("nan")
         M.ece(q, y)
+
+
+def test_fused_pass_survives_fork():
+    """The pass's worker threads do not survive fork(): a child starts its own pool."""
+    import multiprocessing as mp
+
+    import calib._scan as S
+
+    p = torch.softmax(torch.randn(4000, 7, generator=torch.Generator().manual_seed(3)), 1)
+    y = torch.randint(0, 7, (4000,), generator=torch.Generator().manual_seed(4))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        old = S.CHUNK
+        S.CHUNK = 70  # many chunks: the threaded path
+        parent = M.ece(p, y)
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            child = pool.apply_async(M.ece, (p, y)).get(timeout=60)
+    finally:
+        S.CHUNK = old
+        torch.set_num_threads(threads)
+    assert child == pytest.approx(parent, abs=1e-12)
