@@ -2,9 +2,10 @@
 
 Examples::
 
-    # ResNet-50 with BSCE-GRA on CIFAR-10, the paper protocol (Lin et al. (2024) §5: 350 epochs, ...)
-    python -m calib train --data cifar10 --model resnet50 --loss bsce_gra --gamma 4 --norm 2 \\
-        --profile paper --out runs/r50-bsce
+    # ResNet-50 with BSCE-GRA on CIFAR-10, the paper protocol
+    # (Lin et al. (2024) §5: 350 epochs, ...)
+    python -m calib train --data cifar10 --model resnet50 \\
+        --loss bsce_gra --gamma 4 --norm 2 --profile paper --out runs/r50-bsce
     # continue it after a disconnect
     python -m calib train ... --out runs/r50-bsce --resume
     # recompute metrics.json from the saved logits (no retraining)

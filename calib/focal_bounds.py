@@ -5,10 +5,10 @@ through Bernoulli's inequality and so needs ``gamma >= 1`` (:mod:`calib.theory`)
 module proves it for every ``gamma >= 0`` by another route, for a one-hot target with
 true-class probability ``p = p_y``::
 
-    1 - (1 - p)^gamma <= -gamma log(1 - p)           (e^x >= 1 + x, x = gamma log(1 - p))
+    1 - (1 - p)^gamma <= -gamma log(1 - p)   (e^x >= 1 + x at x = gamma log(1 - p))
     L_f = -(1 - p)^gamma log p >= -log p - gamma log p log(1 - p)
     log p log(1 - p) <= h2(p) = -p log p - (1 - p) log(1 - p)
-    h2(p_y) <= H(p)                                 (grouping the non-true classes)
+    h2(p_y) <= H(p)                          (grouping the non-true classes)
 
 so ``L_f >= L_CE - gamma h2(p_y) >= L_CE - gamma H(p)`` for all ``gamma >= 0``. It also
 holds the tighter *true-class* bound mentioned by Mukhoti et al. (2020):

@@ -7,10 +7,10 @@ differentiable calibration error (SECE, Wang & Golebiowski (2024), §4.2) measur
 batch, through a one-step look-ahead of the backbone (Wang & Golebiowski (2024), §3.3, Eq. 2; the scheme of
 Luketina et al. 2016 that Wang & Golebiowski (2024) cites, also used by Bohdal et al.'s meta-calibration)::
 
-    gamma_i  = gammaNet_phi(h_theta(x_i))                         (Wang & Golebiowski (2024), Eq. 3-4)
-    theta'   = theta - alpha * grad_theta L_FL(theta, gamma(phi))  (look-ahead)
+    gamma_i <- gammaNet_phi(h_theta(x_i))     (Wang & Golebiowski (2024), Eq. 3-4)
+    theta'  <- theta - alpha * grad_theta L_FL(theta, gamma(phi))     (look-ahead)
     phi     <- phi - meta-step on  d/dphi SECE(f_theta'(x_meta), y_meta)
-    theta   <- optimiser step on L_FL(theta, gamma(phi_new))      (the real update)
+    theta   <- optimiser step on L_FL(theta, gamma(phi_new))     (the real update)
 
 No public implementation of Wang & Golebiowski (2024) exists; this module is written from the paper. Where the
 paper is exact we follow it; where it is silent these are **our choices**:

@@ -6,8 +6,10 @@ Tables 1-2 and Mukhoti et al. (2020) Table 1, one row per number, as printed. Ch
 it instead of typing a paper's number::
 
     from calib import papers
-    rows = papers.results(paper="mukhoti2020focal", dataset="cifar10", method="focal")
-    table = papers.beside(our_summary, paper="lin2024uncertainty", table="1", metric="ece", ts="pre")
+    rows = papers.results(paper="mukhoti2020focal", dataset="cifar10",
+                          method="focal")
+    table = papers.beside(our_summary, paper="lin2024uncertainty", table="1",
+                          metric="ece", ts="pre")
 
 Schema (one row per printed number; ``#`` lines at the top of the file are comments):
 

@@ -4,7 +4,8 @@ A run directory written by :class:`calib.train.Trainer` holds::
 
     config.json      the TrainConfig (JSON)
     history.jsonl    one JSON line per epoch
-    logits.pt        val/test logits and labels of the selected epoch, and ``selected_epoch``
+    logits.pt        val/test logits and labels of the selected epoch, and
+                     selected_epoch
     metrics.json     :func:`compute_metrics` of those logits
     checkpoint.pt    everything needed to resume (see calib.train)
     epoch_logits/    epoch_0001.pt, ... (only with ``keep_epoch_logits=True``)

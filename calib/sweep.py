@@ -1,18 +1,22 @@
 """The sweep runner: losses x seeds (x datasets x models) -> run directories and tables.
 
->>> from calib import sweep as sw                                    # doctest: +SKIP
->>> res = sw.sweep("runs/ch11", losses=["ce", "focal:gamma=3", ("bsce_gra", {"gamma": 4, "norm": 2})],
-...                seeds=[0, 1, 2], data="digits", model="mlp", epochs=30)      # doctest: +SKIP
->>> res.rows        # one dict per finished run: the columns of results.csv   # doctest: +SKIP
->>> res.summary     # mean, std over seeds per (data, model, loss, loss_kwargs, settings) # doctest: +SKIP
+>>> from calib import sweep as sw
+>>> grid = ["ce", "focal:gamma=3", ("bsce_gra", {"gamma": 4, "norm": 2})]
+>>> res = sw.sweep("runs/ch11", losses=grid, seeds=[0, 1, 2],
+...                data="digits", model="mlp", epochs=30)  # doctest: +SKIP
+>>> # rows: one dict per finished run (the columns of results.csv);
+>>> # summary: mean, std over seeds per
+>>> #          (data, model, loss, loss_kwargs, settings)
+>>> res.rows, res.summary  # doctest: +SKIP
 
 The same code runs ``python -m calib sweep``. A sweep directory holds::
 
-    sweep.json     the manifest: the grid and every cell's training configuration
-    runs/<cell>/   one ordinary calib run directory per cell (config.json, checkpoint.pt, ...)
-    results.csv    one row per finished run (:data:`RESULT_COLUMNS`), in grid order
-    summary.csv    mean and sample standard deviation over seeds (:data:`SUMMARY_KEYS` + metrics)
-    summary.md     the same as a Markdown table, "mean ± std", calibration errors in %
+    sweep.json     the manifest: the grid and every cell's training settings
+    runs/<cell>/   one ordinary calib run directory per cell (config.json, ...)
+    results.csv    one row per finished run (RESULT_COLUMNS), in grid order
+    summary.csv    mean and sample standard deviation over seeds
+                   (SUMMARY_KEYS + metrics)
+    summary.md     the same as a Markdown table, "mean ± std", errors in %
 
 Guarantees:
 

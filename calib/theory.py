@@ -218,12 +218,13 @@ def focal_bound_chain(q: ArrayLike, p: ArrayLike, gamma: float) -> dict[str, tor
 
     With target distribution ``q``, prediction ``p`` (strictly positive) and ``gamma >= 1``::
 
-        focal     = -sum (1 - p)^gamma q log p                      (focal loss, soft target)
-        bernoulli = -sum (1 - gamma p) q log p                      (Bernoulli, gamma >= 1)
+        focal     = -sum (1 - p)^gamma q log p   (focal loss, soft target)
+        bernoulli = -sum (1 - gamma p) q log p   (Bernoulli, gamma >= 1)
                   = L_CE - gamma sum q |p log p|
-        holder    = L_CE - gamma max_j q_j sum |p log p|            (Hoelder, ||fg||_1 <= ||f||_inf ||g||_1)
-        entropy   = L_CE - gamma H(p)                               (max_j q_j <= 1)
-        kl_form   = KL(q || p) + H(q) - gamma H(p)                  (L_CE = KL + H(q))
+        holder    = L_CE - gamma max_j q_j sum |p log p|
+                                     (Hoelder, ||fg||_1 <= ||f||_inf ||g||_1)
+        entropy   = L_CE - gamma H(p)            (max_j q_j <= 1)
+        kl_form   = KL(q || p) + H(q) - gamma H(p)   (L_CE = KL + H(q))
 
     and ``focal >= bernoulli >= holder >= entropy == kl_form``. Returns float64 ``(N,)``
     tensors keyed by those names, plus ``cross_entropy``.

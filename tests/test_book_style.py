@@ -3,11 +3,14 @@
 Every chapter names papers by author and year (never by a file number such as "004"),
 keeps code lines within 88 characters, refers to other chapters by link rather than by
 "chapter 9" in plain text, gives every glued figure alt text and a caption, and ends
-with a Summary and Exercises whose solutions sit in dropdowns. The built-book checks in
+with a Summary and Exercises whose solutions sit in dropdowns. The code blocks of calib's
+docstrings, which the API pages show verbatim, fit those pages. The built-book checks in
 tests/test_book_browser.py look at the same things as a reader sees them.
 """
 from __future__ import annotations
 
+import ast
+import io
 import json
 import pathlib
 import re
@@ -87,3 +90,56 @@ def test_chapter_ends_with_summary_and_exercises(path):
     assert ":class: dropdown" in exercises[1], f"{path.name}: exercises without dropdown solutions"
     bullets = re.findall(r"^[*-] ", re.split(r"^## ", text.split("## Summary", 1)[1], flags=re.M)[0], re.M)
     assert 4 <= len(bullets) <= 6, f"{path.name}: the Summary should have 4-6 bullets, has {len(bullets)}"
+
+
+# ----------------------------------------------------------------------------------------
+# Docstrings: the API pages (autodoc + napoleon) show their literal blocks (``::``) and
+# doctest blocks (``>>>``) verbatim, in the 0.75rem code font of book/_static/calib.css.
+# At 1280 px a module docstring's block is 686 px wide, a function's or class's 654 px:
+# every level of nesting costs about 32 px, 4 characters. So a line may have 88
+# characters at module level and 4 fewer per level (doctest flags, which Sphinx trims,
+# not counted). Prose is reflowed by the browser and has no such limit.
+DOCTEST_FLAG = re.compile(r"#\s*doctest:.+$", re.M)  # sphinx.ext.doctest's doctestopt_re
+MODULES = sorted((ROOT / "calib").rglob("*.py"))
+
+
+def _docstrings(tree: ast.AST, depth: int = 0):
+    """(name, nesting depth, cleaned docstring) of a module and everything in it."""
+    doc = ast.get_docstring(tree, clean=True)
+    if doc:
+        yield getattr(tree, "name", "<module>"), depth, doc
+    for child in ast.iter_child_nodes(tree):
+        if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            yield from _docstrings(child, depth + 1)
+
+
+def _verbatim_blocks(doc: str) -> list[str]:
+    """The literal and doctest blocks of a Google-style docstring, as Sphinx sees it."""
+    docutils_core = pytest.importorskip("docutils.core")
+    from docutils import nodes
+    from sphinx.ext.napoleon import Config
+    from sphinx.ext.napoleon.docstring import GoogleDocstring
+
+    rst = str(GoogleDocstring(doc, Config(napoleon_numpy_docstring=False)))
+    tree = docutils_core.publish_doctree(rst, settings_overrides={
+        "report_level": 5, "halt_level": 5, "warning_stream": io.StringIO()})
+    kinds = (nodes.literal_block, nodes.doctest_block)
+    return [block.astext() for block in tree.findall(lambda n: isinstance(n, kinds))]
+
+
+def test_verbatim_blocks_find_literal_and_doctest_blocks():
+    doc = "Title.\n\nA table::\n\n    a = b   (a note)\n\n>>> f(1)  # doctest: +SKIP\n"
+    assert _verbatim_blocks(doc) == ["a = b   (a note)", ">>> f(1)  # doctest: +SKIP"]
+    assert _verbatim_blocks("Only prose, however long the line may be.") == []
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_ids(MODULES))
+def test_docstring_code_blocks_fit_the_api_pages(path):
+    long = []
+    for name, depth, doc in _docstrings(ast.parse(path.read_text())):
+        width = 88 - 4 * depth
+        for block in _verbatim_blocks(doc):
+            for line in DOCTEST_FLAG.sub("", block).splitlines():
+                if len(line.rstrip()) > width:
+                    long.append(f"{name} ({len(line.rstrip())} > {width}): {line.strip()[:60]}")
+    assert not long, f"{path.relative_to(ROOT)}: docstring code lines too wide: {long}"

@@ -8,7 +8,7 @@ from here; a chapter that draws a series of its own asks here too::
     palette.color_for("focal")        # the loss's colour
     palette.color_for("FLSD-53")      # display names work as well as registry names
     palette.gamma_color(3)            # focal loss with γ = 3
-    palette.series_color("focal γ=2") # a legend label: the loss, or its γ when it has one
+    palette.series_color("focal γ=2") # a legend label: the loss, or its γ if any
 
 Losses get colours from the Okabe–Ito and Tableau palettes, chosen to stay apart for
 readers with the common colour-vision deficiencies; γ gets a fixed step of a sequential
