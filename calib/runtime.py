@@ -106,10 +106,11 @@ def forward_flops(model: torch.nn.Module, example: torch.Tensor) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     was_training = model.training
+    device = next((p.device for p in model.parameters()), example.device)
     model.eval()
     try:
         with FlopCounterMode(display=False) as counter:
-            model(example[:1].float())
+            model(example[:1].float().to(device))
     finally:
         model.train(was_training)
     return float(counter.get_total_flops())

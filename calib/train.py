@@ -697,8 +697,10 @@ class Trainer:
 
         Values are 0-d tensors (floats are accepted from subclasses): :meth:`fit` averages them
         over the epoch and converts to float once per epoch, so a GPU never waits on the host.
-        The forward pass runs under autocast; the loss is computed in float32.
+        The forward pass runs under autocast; the loss is computed in float32. A batch on
+        another device is moved to the trainer's (a no-op for the loaders' batches).
         """
+        x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self.net.train()
         mixed = None
         if self.config.mixup_alpha > 0:  # mixup (Zhang et al. 2018): calib.mixup

@@ -61,6 +61,7 @@ def no_host_reads(monkeypatch):
 
 
 def tiny_trainer(**kw) -> Trainer:
+    kw.setdefault("device", "cpu")  # CPU tensors pose as device tensors (as_device_tensors)
     cfg = TrainConfig(data="digits", model="mlp", model_kwargs={"hidden": 16}, epochs=1, batch_size=32,
                       milestones=(), lr=0.05, progress=False, **kw)
     return Trainer(cfg)

@@ -286,7 +286,7 @@ def test_image_models_get_the_input_channels(channels_last):
     t = Trainer(tiny(data="fake", model="small_cnn", model_kwargs={"width": 4}, batch_size=16, epochs=1,
                      milestones=(), channels_last=channels_last), data=fake_images(channels=2))
     t.fit()
-    assert t.model(torch.zeros(2, 2, 8, 8)).shape == (2, 3)  # in_channels=2 taken from the data
+    assert t.model(torch.zeros(2, 2, 8, 8, device=t.device)).shape == (2, 3)  # in_channels=2 from the data
     assert t.augment is False  # augmentation is on by default only for CIFAR / Tiny-ImageNet
     x, _ = next(iter(t.train_loader))
     assert x.dtype == torch.float32 and x.is_contiguous(memory_format=torch.channels_last) == channels_last
