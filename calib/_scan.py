@@ -6,8 +6,8 @@ top-label confidence ``c_i = max_k p_ik`` and correctness ``pi_i = 1[argmax_k p_
 Computed one after another, each is a pass over memory. Here they come from one pass:
 the rows are cut into chunks of about 4 MiB, each chunk is read from memory once by the
 row maximum, and the row sum, minimum and ``p[i, y_i]`` then read it from the cache.
-A metric that needs more of each row (the per-bin sums of ECE, the per-class bins of
-classwise ECE) passes a function that runs on each chunk while it is still in cache.
+A metric that needs more of each row (the per-class bins of classwise ECE) passes a
+function that runs on each chunk while it is still in cache.
 
 On CPU the chunks are shared between worker threads, one per intra-op thread of torch,
 each running its ops single-threaded: PyTorch releases the GIL inside an op, and one
@@ -134,21 +134,20 @@ def _prepare(probs: ArrayLike, labels: ArrayLike, name: str) -> tuple[Tensor, Te
 
 @dataclass
 class _Out:
-    """Per-row and per-chunk outputs the workers write into (disjoint slices each)."""
+    """What the workers write: per row (disjoint slices each) and per chunk."""
 
-    conf: Tensor
-    rows: Tensor  # row sums
-    p_true: Tensor  # p[i, y_i]
-    correct: Tensor
-    lows: Tensor  # minimum entry of each chunk
+    conf: Tensor  # (N,) row maxima
+    correct: Tensor  # (N,) bool
+    lows: Tensor  # (chunks,) smallest entry of each chunk
+    sums: Tensor  # (chunks, 2) smallest and largest row sum of each chunk
 
 
 def _scan_cpu(p: Tensor, y: Tensor, free: float, per_chunk: PerChunk | None):
     n, k = p.shape
     step = max(1, CHUNK // k)
     starts = list(range(0, n, step))
-    out = _Out(torch.empty(n, dtype=p.dtype), torch.empty(n, dtype=p.dtype), torch.empty(n, 1, dtype=p.dtype),
-               torch.empty(n, dtype=torch.bool), torch.empty(len(starts), dtype=p.dtype))
+    out = _Out(torch.empty(n, dtype=p.dtype), torch.empty(n, dtype=torch.bool),
+               torch.empty(len(starts), dtype=p.dtype), torch.empty(len(starts), 2, dtype=p.dtype))
     ones = torch.ones(k, dtype=p.dtype) if k <= _MV_MAX_K else None
     workers = min(torch.get_num_threads(), len(starts) // 2)
 
@@ -163,7 +162,7 @@ def _scan_cpu(p: Tensor, y: Tensor, free: float, per_chunk: PerChunk | None):
             cuts = [len(starts) * w // workers for w in range(workers + 1)]
             futures = [_pool(workers).submit(_single_threaded, run, a, b) for a, b in zip(cuts, cuts[1:])]
             results = [r for f in futures for r in f.result()]
-    low, high = (float(v) for v in torch.aminmax(out.rows))  # NaN in any row propagates to both
+    low, high = float(out.sums[:, 0].amin()), float(out.sums[:, 1].amax())  # NaN propagates
     return out.conf, out.correct, max(1 - low, high - 1), float(out.lows.amin()), results
 
 
@@ -171,17 +170,25 @@ def _chunk(
     p: Tensor, y: Tensor, i: int, start: int, stop: int, out: _Out, ones: Tensor | None, free: float,
     per_chunk: PerChunk | None,
 ) -> Any:
-    """Rows ``start:stop``: read once from memory by the row max, then from the cache."""
+    """Rows ``start:stop``: read once from memory by the row max, then from the cache.
+
+    Row sums and ``p[i, y_i]`` go to this thread's scratch buffers (reused across calls:
+    fresh buffers cost a page fault per 4 KiB on every call); only their extremes and
+    the row maxima and correctness are kept.
+    """
     chunk, yc = p[start:stop], y[start:stop]
+    m = stop - start
     conf = torch.amax(chunk, 1, out=out.conf[start:stop])
+    sums = _scratch("sums", m, p.dtype)
     if ones is not None:
-        torch.mv(chunk, ones, out=out.rows[start:stop])
+        torch.mv(chunk, ones, out=sums)
     else:
-        torch.sum(chunk, 1, out=out.rows[start:stop])
+        torch.sum(chunk, 1, out=sums)
+    torch.aminmax(sums, out=(out.sums[i, 0], out.sums[i, 1]))
     torch.amin(chunk.view(-1), 0, out=out.lows[i])
-    p_true = torch.gather(chunk, 1, yc[:, None], out=out.p_true[start:stop]).view(-1)
+    p_true = torch.gather(chunk, 1, yc[:, None], out=_scratch("p_true", m, p.dtype)[:, None]).view(-1)
     correct = torch.eq(p_true, conf, out=out.correct[start:stop])
-    _resolve_ties(chunk, yc, conf, correct, free, _scratch(chunk.numel()))
+    _resolve_ties(chunk, yc, conf, correct, free, _scratch("rows", chunk.numel(), p.dtype))
     if per_chunk is None or math.isnan(float(out.lows[i])):  # NaN input: refused after the pass
         return None
     return per_chunk(Rows(chunk, yc, conf, correct, p_true))
@@ -190,12 +197,13 @@ def _chunk(
 _LOCAL = threading.local()
 
 
-def _scratch(size: int) -> Tensor:
-    """This thread's reusable float buffer (fresh large buffers cost page faults each call)."""
-    buf = getattr(_LOCAL, "buf", None)
-    if buf is None or buf.numel() < size:
-        buf = _LOCAL.buf = torch.empty(size)
-    return buf
+def _scratch(name: str, size: int, dtype: torch.dtype) -> Tensor:
+    """This thread's reusable buffer ``name`` with at least ``size`` entries, first ``size`` returned."""
+    bufs = _LOCAL.__dict__.setdefault("bufs", {})
+    buf = bufs.get(name)
+    if buf is None or buf.numel() < size or buf.dtype != dtype:
+        buf = bufs[name] = torch.empty(max(size, CHUNK // 2), dtype=dtype)
+    return buf[:size]
 
 
 def _single_threaded(fn: Callable, *args: Any) -> Any:
@@ -265,14 +273,14 @@ def _resolve_ties(
     ``argmax`` returns the first of tied maxima. A tie needs two entries equal to
     ``c_i``, impossible above ``free`` (half the largest valid row sum). For the rows
     left, the largest entry other than ``p[i, y_i]`` equals ``c_i`` exactly when the
-    maximum is tied, and only tied rows pay for an ``argmax``. ``scratch`` (CPU, float32
-    input): a buffer of at least ``p.numel()`` entries for the copied rows.
+    maximum is tied, and only tied rows pay for an ``argmax``. ``scratch``: an optional
+    buffer (p's dtype and device) for the copied rows.
     """
     cand = _where(correct, conf, free)
     if not cand.numel():
         return
     m, k = cand.numel(), p.shape[1]
-    use = scratch is not None and scratch.dtype == p.dtype and p.device.type == "cpu"
+    use = scratch is not None and scratch.numel() >= m * k
     sub = torch.index_select(p, 0, cand, out=scratch[:m * k].view(m, k)) if use else p.index_select(0, cand)
     y_cand = y.index_select(0, cand)
     label_at = torch.arange(0, m * k, k, device=p.device).add_(y_cand)

@@ -262,12 +262,8 @@ def _binned_sum(idx: Tensor, w: Tensor, n_bins: int) -> Tensor:
 
 def _ece_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
     """``sum_m |B_m|/N |acc_m - conf_m| = (1/N) sum_m |sum_{i in B_m} (pi_i - c_i)|``: one bincount."""
-    return float(_gap_sums(idx, correct, conf, n_bins).abs_().sum()) / conf.numel()
-
-
-def _gap_sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> Tensor:
-    """``sum_{i in B_m} (pi_i - c_i)`` for every bin ``m`` (float64)."""
-    return _binned_sum(idx, correct.to(conf.dtype).sub_(conf), n_bins)
+    gap = _binned_sum(idx, correct.to(conf.dtype).sub_(conf), n_bins)
+    return float(gap.abs_().sum()) / conf.numel()
 
 
 def _mce_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
@@ -335,12 +331,8 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     """
     n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
-
-    def gap_sums(rows: Rows) -> Tensor:  # per bin sum of (pi_i - c_i), while the chunk is in cache
-        return _gap_sums(_bin_index(rows.conf, n_bins, closed), rows.correct, rows.conf, n_bins)
-
-    c, parts = scan(probs, labels, per_chunk=gap_sums)
-    return float(torch.stack(parts).sum(0).abs_().sum()) / c.conf.numel()
+    c = _scan(probs, labels)
+    return _ece_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
 
 
 @torch.no_grad()
@@ -438,7 +430,7 @@ def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tenso
         e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype)[1])
         v, where = _above_first_edge(pc, e1, closed)
         cell = where.remainder_(k).mul_(n_bins).add_(_bin_index(v, n_bins, closed))  # class * M + bin
-        psum = torch.bincount(cell, weights=v.double(), minlength=k * n_bins)
+        psum += torch.bincount(cell, weights=v.double(), minlength=k * n_bins)  # (int64 zeros when empty)
     p_true = rows.p_true if rows.p_true is not None else _at_label(pc, yc)
     hits = torch.bincount(yc.mul(n_bins).add_(_bin_index(p_true, n_bins, closed)), minlength=k * n_bins)
     return _column_sums(pc), psum, hits

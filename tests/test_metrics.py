@@ -780,24 +780,38 @@ def test_fused_pass_chunking_does_not_change_results(monkeypatch):
         M.ece(q, y)
 
 
-def test_fused_pass_survives_fork():
-    """The pass's worker threads do not survive fork(): a child starts its own pool."""
+def _pool_forgotten() -> bool:
+    import calib._scan as S
+
+    return S._POOL is None and S._POOL_SIZE == 0
+
+
+def test_fused_pass_pool_is_not_inherited_by_fork():
+    """The pass's worker threads do not survive fork(): a child must start its own pool,
+    or its first multi-threaded metric would wait forever on threads that do not exist."""
     import multiprocessing as mp
 
     import calib._scan as S
 
     p = torch.softmax(torch.randn(4000, 7, generator=torch.Generator().manual_seed(3)), 1)
     y = torch.randint(0, 7, (4000,), generator=torch.Generator().manual_seed(4))
-    threads = torch.get_num_threads()
+    threads, old = torch.get_num_threads(), S.CHUNK
     torch.set_num_threads(2)
     try:
-        old = S.CHUNK
-        S.CHUNK = 70  # many chunks: the threaded path
-        parent = M.ece(p, y)
-        ctx = mp.get_context("fork")
-        with ctx.Pool(1) as pool:
-            child = pool.apply_async(M.ece, (p, y)).get(timeout=60)
+        S.CHUNK = 70  # many chunks: the threaded path creates the pool
+        M.ece(p, y)
+        assert S._POOL is not None
+        with mp.get_context("fork").Pool(1) as pool:  # the child runs no torch op (OpenMP and fork)
+            assert pool.apply_async(_pool_forgotten).get(timeout=60)
     finally:
         S.CHUNK = old
         torch.set_num_threads(threads)
-    assert child == pytest.approx(parent, abs=1e-12)
+
+
+def test_classwise_ece_with_no_entry_above_the_first_edge():
+    """Every entry in bin 0 (an empty weighted bincount is int64): still the textbook value."""
+    p = torch.tensor([[0.4498, 0.3032, 0.2470]], dtype=torch.float64)
+    y = torch.tensor([2])
+    want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 2).ece for k in range(3)])
+    assert M.classwise_ece(p, y, 2) == pytest.approx(want, abs=1e-12)
+    assert M.summary(p, y, 2)["classwise_ece"] == pytest.approx(want, abs=1e-12)
