@@ -159,13 +159,14 @@ def _bin_index(x: Tensor, n_bins: int, closed: str) -> Tensor:
     return guess.add_(torch.gt(x, buf) if closed == "right" else torch.ge(x, buf))
 
 
-def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
+def _adaptive_edges(conf: Tensor, n_bins: int, select: Callable | None = None) -> Tensor:
     """Equal-mass bin edges: the ``n_bins + 1`` quantiles of ``conf``, linearly interpolated.
 
     The edge ``j`` is the sorted confidence at fractional position ``j * N / n_bins``
-    (clamped to the last sample), as in the AdaECE code of Mukhoti et al. (2020). Only those ``2 (n_bins +
-    1)`` order statistics are needed, so on CPU numpy's ``partition`` (introselect, O(N))
-    finds them instead of a full sort; the values are the same.
+    (clamped to the last sample), as in the AdaECE code of Mukhoti et al. (2020). Only
+    those ``2 (n_bins + 1)`` order statistics are needed, so on CPU a coarse histogram
+    (:class:`_Histogram`, or ``select(ranks)``) finds them instead of a full sort; the
+    values are the same.
     """
     n = conf.numel()
     pos = torch.linspace(0, n, n_bins + 1, dtype=torch.float64).clamp_(max=n - 1)
@@ -174,7 +175,8 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     frac = pos - i0
     if conf.device.type == "cpu":
         ranks = np.unique(np.concatenate([i0.numpy(), i1.numpy()]))
-        at = dict(zip(ranks.tolist(), _order_statistics(conf.numpy(), ranks).tolist()))
+        values = (select or (lambda r: _order_statistics(conf.numpy(), r)))(ranks)
+        at = dict(zip(ranks.tolist(), values.tolist()))
         lo = torch.tensor([at[i] for i in i0.tolist()], dtype=torch.float64)
         hi = torch.tensor([at[i] for i in i1.tolist()], dtype=torch.float64)
     else:
@@ -183,39 +185,82 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
     return (lo + frac * (hi - lo)).to(conf.dtype).to(conf.device)
 
 
-# Buckets of the coarse histogram that locates order statistics (_order_statistics).
+def _adaptive_index(conf: Tensor, n_bins: int) -> Tensor:
+    """The adaptive bin (int32) of every confidence: ``_bucket(conf, edges[1:-1])`` with the
+    edges of :func:`_adaptive_edges`, on CPU from the histogram that found the edges.
+
+    The bucket map ``f`` of :class:`_Histogram` is non-decreasing, so an edge ``e`` with
+    ``f(e) < f(x)`` lies below ``x`` and one with ``f(e) > f(x)`` above it: a table over
+    the buckets gives the bin of every sample, and only the samples that share a bucket
+    with an edge (a small fraction) are compared with it.
+    """
+    if conf.device.type != "cpu" or conf.numel() <= 8 * _SELECT_BUCKETS:
+        return _bucket(conf, _adaptive_edges(conf, n_bins)[1:-1])
+    x = conf.numpy()
+    hist = _Histogram(x)
+    if hist.flat:
+        return torch.zeros(x.size, dtype=torch.int32)  # every edge equals every sample
+    inner = _adaptive_edges(conf, n_bins, hist.select)[1:-1].numpy()
+    home = hist.bucket_of(inner)
+    idx = np.searchsorted(np.sort(home), np.arange(_SELECT_BUCKETS), side="left")[hist.bucket]
+    shared = np.zeros(_SELECT_BUCKETS, dtype=bool)
+    shared[home] = True
+    near = np.flatnonzero(shared[hist.bucket])
+    xs, bs = x[near], hist.bucket[near]
+    for e, b in zip(inner, home):  # edges in a sample's own bucket: compare
+        idx[near] += (bs == b) & (xs > e)
+    return torch.from_numpy(idx.astype(np.int32))
+
+
+# Buckets of the coarse histogram that locates order statistics (_Histogram).
 _SELECT_BUCKETS = 4096
 
 
 def _order_statistics(x: np.ndarray, ranks: np.ndarray) -> np.ndarray:
-    """``np.sort(x)[ranks]`` without sorting: a histogram locates each rank, then only the
-    few buckets holding the requested ranks are sorted.
-
-    Bucket ``floor((x - min) * B / (max - min))`` is non-decreasing in ``x`` (rounding is
-    monotone), so bucket order is value order and the values returned are exact elements
-    of ``x``: a few vectorised passes instead of a full ``O(N log N)`` sort.
-    """
-    n = x.size
-    if n <= 8 * _SELECT_BUCKETS:
+    """``np.sort(x)[ranks]`` without sorting the whole array (:class:`_Histogram`)."""
+    if x.size <= 8 * _SELECT_BUCKETS:
         return np.sort(x)[ranks]
-    lo, hi = float(x.min()), float(x.max())
-    if lo == hi:
-        return np.full(ranks.shape, x.dtype.type(lo))
-    scale = _SELECT_BUCKETS / (hi - lo)
-    bucket = np.minimum(((x - x.dtype.type(lo)) * x.dtype.type(scale)).astype(np.int64), _SELECT_BUCKETS - 1)
-    ends = np.cumsum(np.bincount(bucket, minlength=_SELECT_BUCKETS))  # ranks below the end of each bucket
-    home = np.searchsorted(ends, ranks, side="right")  # bucket holding each rank
-    wanted = np.zeros(_SELECT_BUCKETS, dtype=bool)
-    wanted[home] = True
-    pick = wanted[bucket]
-    vals, where = x[pick], bucket[pick]
-    order = np.lexsort((vals, where))  # by bucket, then value
-    vals = vals[order]
-    used = np.flatnonzero(wanted)
-    starts = np.concatenate([[0], np.cumsum(ends[used] - np.where(used > 0, ends[used - 1], 0))[:-1]])
-    first_rank = np.where(used > 0, ends[used - 1], 0)  # rank of each used bucket's smallest value
-    slot = np.searchsorted(used, home)
-    return vals[starts[slot] + ranks - first_rank[slot]]
+    hist = _Histogram(x)
+    return np.full(ranks.shape, x.dtype.type(hist.lo)) if hist.flat else hist.select(ranks)
+
+
+class _Histogram:
+    """A coarse histogram of ``x`` that finds order statistics without a full sort.
+
+    Bucket ``f(v) = min(floor((v - min) * B / (max - min)), B - 1)``, in ``x``'s dtype,
+    is non-decreasing in ``v`` (rounding is monotone), so bucket order is value order:
+    a histogram locates each rank, then only the few buckets holding the requested
+    ranks are sorted, and the values returned are exact elements of ``x``.
+    """
+
+    def __init__(self, x: np.ndarray):
+        self.x = x
+        self.lo, hi = float(x.min()), float(x.max())
+        self.flat = self.lo == hi
+        if not self.flat:
+            self.scale = _SELECT_BUCKETS / (hi - self.lo)
+            self.bucket = self.bucket_of(x)
+            self.ends = np.cumsum(np.bincount(self.bucket, minlength=_SELECT_BUCKETS))  # ranks below each end
+
+    def bucket_of(self, v: np.ndarray) -> np.ndarray:
+        t = self.x.dtype.type
+        return np.minimum(((v.astype(self.x.dtype) - t(self.lo)) * t(self.scale)).astype(np.int64),
+                          _SELECT_BUCKETS - 1)
+
+    def select(self, ranks: np.ndarray) -> np.ndarray:
+        """``np.sort(x)[ranks]``."""
+        ends, bucket = self.ends, self.bucket
+        home = np.searchsorted(ends, ranks, side="right")  # bucket holding each rank
+        wanted = np.zeros(_SELECT_BUCKETS, dtype=bool)
+        wanted[home] = True
+        pick = wanted[bucket]
+        vals, where = self.x[pick], bucket[pick]
+        vals = vals[np.lexsort((vals, where))]  # by bucket, then value
+        used = np.flatnonzero(wanted)
+        starts = np.concatenate([[0], np.cumsum(ends[used] - np.where(used > 0, ends[used - 1], 0))[:-1]])
+        first_rank = np.where(used > 0, ends[used - 1], 0)  # rank of each used bucket's smallest value
+        slot = np.searchsorted(used, home)
+        return vals[starts[slot] + ranks - first_rank[slot]]
 
 
 def _bucket(x: Tensor, inner: Tensor) -> Tensor:
@@ -363,8 +408,7 @@ def adaece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> float:
 
 
 def _adaece_from(conf: Tensor, correct: Tensor, n_bins: int) -> float:
-    edges = _adaptive_edges(conf, n_bins)
-    return _ece_from(_bucket(conf, edges[1:-1]), correct, conf, n_bins)
+    return _ece_from(_adaptive_index(conf, n_bins), correct, conf, n_bins)
 
 
 @torch.no_grad()

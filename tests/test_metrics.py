@@ -815,3 +815,15 @@ def test_classwise_ece_with_no_entry_above_the_first_edge():
     want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 2).ece for k in range(3)])
     assert M.classwise_ece(p, y, 2) == pytest.approx(want, abs=1e-12)
     assert M.summary(p, y, 2)["classwise_ece"] == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("kind", range(5))
+@pytest.mark.parametrize("n_bins", [1, 2, 15, 40])
+def test_adaptive_index_from_the_histogram_equals_comparing_with_every_edge(kind, n_bins):
+    rng = np.random.default_rng(kind)
+    n = 50_000  # above the size where the histogram is used
+    x = [rng.random(n).astype(np.float32), (rng.integers(0, 5, n) / 4).astype(np.float32),
+         np.full(n, 0.5, np.float32), rng.beta(30, 1, n), rng.random(n).astype(np.float32) ** 8][kind]
+    conf = torch.from_numpy(x)
+    want = M._bucket(conf, M._adaptive_edges(conf, n_bins)[1:-1])
+    assert torch.equal(M._adaptive_index(conf, n_bins), want)
