@@ -94,16 +94,6 @@ def _seed_list(text: str) -> list[int]:
     return seeds
 
 
-def _nonneg_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0, got {text}")
-    return value
-
-
 def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -> None:
     """The training options shared by ``train`` and ``sweep`` (``sweep=True``: the grid variants).
 
@@ -190,7 +180,7 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
         s.add_argument("--seed", type=int, default=0, help="seed of weights, shuffling and augmentation")
     s.add_argument("--augment", action=argparse.BooleanOptionalAction, default=None,
                    help="random crop + flip (default: on for CIFAR and Tiny-ImageNet)")
-    s.add_argument("--clip-grad", type=_nonneg_float, default=None, metavar="NORM",
+    s.add_argument("--clip-grad", type=_positive(float), default=None, metavar="NORM",
                    help="clip the gradient norm to NORM before each step (Mukhoti et al. (2020)'s code: 2; "
                         "default: the preset's, else off)")
 
@@ -218,7 +208,7 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     r.add_argument("--ts-method", choices=("nll", "grid"), default=None,
                    help="temperature fit reported as post-TS: NLL (Guo et al.) or grid search on validation "
                         "ECE (both are always recorded; default: the preset's, else nll)")
-    r.add_argument("--ts-grid-step", type=_nonneg_float, default=None,
+    r.add_argument("--ts-grid-step", type=_positive(float), default=None,
                    help="step of the temperature grid step, 2*step, ..., 10 (default: the preset's, else 0.1; "
                         "Wang et al. (2021): 0.01)")
     r.add_argument("--select", choices=("last", "best_val"), default=None,
@@ -255,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--n-bins", type=_positive(int), default=None, help="bins (default: the run's)")
     e.add_argument("--ts-method", choices=("nll", "grid"), default=None,
                    help="temperature fit reported as post-TS (default: the run's; both are recorded)")
-    e.add_argument("--ts-grid-step", type=_nonneg_float, default=None,
+    e.add_argument("--ts-grid-step", type=_positive(float), default=None,
                    help="step of the temperature grid (default: the run's)")
     e.set_defaults(run=cmd_evaluate, subparser=e)
 
@@ -331,18 +321,6 @@ def config_from_args(args: argparse.Namespace) -> Any:
     return TrainConfig.from_preset(preset, args.profile, **overrides)
 
 
-def _trainer_class(meta: str) -> type:
-    from .train import Trainer
-
-    if meta == "none":
-        return Trainer
-    try:
-        from .meta import MetaTrainer
-    except ImportError as exc:
-        raise ValueError(f"--meta {meta} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
-    return MetaTrainer
-
-
 def _check_names(config: Any) -> None:
     """Refuse unknown data/model/loss names before any data is read."""
     from . import data, losses, models
@@ -401,7 +379,9 @@ def cmd_train(args: argparse.Namespace) -> int:
         out = rundir.check_out(args.out)
         config = config_from_args(args)
         _check_names(config)
-        cls = _trainer_class(config.meta)
+        from .sweep import trainer_class
+
+        cls = trainer_class(config.meta)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, rundir.RunDirError) as exc:
         _fail(sub, str(exc))
     with contextlib.ExitStack() as stack:

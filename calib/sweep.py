@@ -455,20 +455,22 @@ def _finished(run_dir: Path) -> bool:
     return (run_dir / METRICS_FILE).is_file()
 
 
-def _trainer_class(cfg: Any) -> type:
+def trainer_class(meta: str) -> type:
+    """The trainer for ``TrainConfig.meta``: ``Trainer`` for ``"none"``, else
+    ``calib.meta.MetaTrainer`` (which builds an ``L2MetaTrainer`` for ``"l2_reg"``)."""
     from .train import Trainer
 
-    if cfg.meta == "none":
+    if meta == "none":
         return Trainer
     try:
         from .meta import MetaTrainer
     except ImportError as exc:
-        raise SweepError(f"meta={cfg.meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
+        raise SweepError(f"meta={meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
     return MetaTrainer
 
 
 def _run_cell(cfg: Any) -> None:
-    _trainer_class(cfg)(cfg, data=_data_for(cfg)).fit(resume=True)
+    trainer_class(cfg.meta)(cfg, data=_data_for(cfg)).fit(resume=True)
 
 
 def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int]) -> None:
@@ -486,7 +488,7 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
             continue
         seen.add(key)
         try:
-            _trainer_class(cfg)(cfg, data=_data_for(cfg))
+            trainer_class(cfg.meta)(cfg, data=_data_for(cfg))
         except (TypeError, ValueError, FileNotFoundError) as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
 
