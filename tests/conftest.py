@@ -24,6 +24,29 @@ def _seed_everything():
 
 
 @pytest.fixture
+def interrupted_after():
+    """``interrupted_after(base, n)``: a subclass of trainer class ``base`` whose run stops
+    after ``n`` training steps as if it had received SIGTERM (checkpoint, then
+    ``TrainingInterrupted``), for resume tests."""
+    import signal
+
+    def make(base: type, n: int) -> type:
+        class Stopping(base):
+            steps = 0
+
+            def train_step(self, x, y):
+                out = super().train_step(x, y)
+                Stopping.steps += 1
+                if Stopping.steps == n:
+                    self._stop_signal = signal.SIGTERM
+                return out
+
+        return Stopping
+
+    return make
+
+
+@pytest.fixture
 def netcal_records() -> pathlib.Path:
     """Folder of real CIFAR prediction files (tests only); skipped with a reason when absent."""
     if not REFERENCE.is_dir():

@@ -381,8 +381,7 @@ def test_meta_trainer_carves_an_811_split_and_records_gamma(tmp_path) -> None:
     assert float(g.std(unbiased=False)) == pytest.approx(hist[-1]["test_gamma_std"], rel=1e-5)
 
 
-def test_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path) -> None:
-    import signal
+def test_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, interrupted_after) -> None:
 
     from calib.meta import MetaTrainer
     from calib.train import TrainingInterrupted, load_history
@@ -391,15 +390,7 @@ def test_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path) ->
     straight = MetaTrainer(_config(tmp_path / "a"), data=data, meta_lr=1e-3)
     straight.fit()
 
-    class Stopping(MetaTrainer):
-        steps = 0
-
-        def train_step(self, x, y):
-            out = super().train_step(x, y)
-            Stopping.steps += 1
-            if Stopping.steps == 10:  # mid-way through epoch 2 (7 batches per epoch)
-                self._stop_signal = signal.SIGTERM
-            return out
+    Stopping = interrupted_after(MetaTrainer, 10)  # mid-way through epoch 2 (7 batches per epoch)
 
     with pytest.raises(TrainingInterrupted):
         Stopping(_config(tmp_path / "b"), data=data, meta_lr=1e-3).fit()
@@ -553,8 +544,7 @@ def test_l2_meta_trainer_is_what_metatrainer_builds_for_l2_reg(tmp_path) -> None
         trainer.gammas()
 
 
-def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path) -> None:
-    import signal
+def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, interrupted_after) -> None:
 
     from calib.meta import L2MetaTrainer, MetaTrainer
     from calib.train import CheckpointError, TrainingInterrupted, load_history
@@ -563,15 +553,7 @@ def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path)
     straight = MetaTrainer(_l2_config(tmp_path / "a"), data=data)
     straight.fit()
 
-    class Stopping(L2MetaTrainer):
-        steps = 0
-
-        def train_step(self, x, y):
-            out = super().train_step(x, y)
-            Stopping.steps += 1
-            if Stopping.steps == 10:  # mid-way through epoch 2 (7 batches per epoch)
-                self._stop_signal = signal.SIGTERM
-            return out
+    Stopping = interrupted_after(L2MetaTrainer, 10)  # mid-way through epoch 2 (7 batches per epoch)
 
     with pytest.raises(TrainingInterrupted):
         Stopping(_l2_config(tmp_path / "b"), data=data).fit()

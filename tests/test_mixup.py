@@ -1,7 +1,6 @@
 """calib.mixup: the mix, the mixed loss, determinism, and the trainer hook (mixup_alpha) with resume."""
 from __future__ import annotations
 
-import signal
 
 import pytest
 import torch
@@ -123,22 +122,14 @@ def test_trainer_with_mixup_differs_from_plain_training_and_is_seeded(tmp_path):
     assert not all(torch.equal(p, q) for p, q in zip(runs["a"], runs["plain"]))
 
 
-def test_trainer_with_mixup_resumes_mid_epoch_bit_identically(tmp_path):
+def test_trainer_with_mixup_resumes_mid_epoch_bit_identically(tmp_path, interrupted_after):
     from calib.train import Trainer, TrainingInterrupted, load_history
 
     data = _splits(1)
     straight = Trainer(_config(tmp_path / "a"), data=data)
     straight.fit()
 
-    class Stopping(Trainer):
-        steps = 0
-
-        def train_step(self, x, y):
-            out = super().train_step(x, y)
-            Stopping.steps += 1
-            if Stopping.steps == 7:  # mid-way through epoch 2 (5 batches per epoch)
-                self._stop_signal = signal.SIGTERM
-            return out
+    Stopping = interrupted_after(Trainer, 7)  # mid-way through epoch 2 (5 batches per epoch)
 
     with pytest.raises(TrainingInterrupted):
         Stopping(_config(tmp_path / "b"), data=data).fit()
