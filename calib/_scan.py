@@ -9,11 +9,15 @@ row maximum, and the row sum, minimum and ``p[i, y_i]`` then read it from the ca
 A metric that needs more of each row (the per-class bins of classwise ECE) passes a
 function that runs on each chunk while it is still in cache.
 
-On CPU the chunks are shared between worker threads, one per intra-op thread of torch,
-each running its ops single-threaded: PyTorch releases the GIL inside an op, and one
-thread per slab of chunks scales where many short parallel ops would each wait for
-every thread of the pool. On CUDA every step is one whole-array kernel (no per-chunk
-launches, no host syncs in the loop).
+On CPU, where a compiler is at hand, the compiled kernel of :mod:`calib._native` reads
+each row once and computes all of it (maximum, first argmax, sum, minimum) from the same
+registers, in PyTorch's OpenMP threads. The PyTorch ops below define its results and are
+used without it (the tests compare the two paths on every kind of input): the chunks
+are shared between worker threads, one per intra-op thread of torch, each running its
+ops single-threaded (PyTorch releases the GIL inside an op, and one thread per slab of
+chunks scales where many short parallel ops would each wait for every thread of the
+pool). With ``per_chunk`` the chunks go to the worker threads on either path. On CUDA
+every step is one whole-array kernel (no per-chunk launches, no host syncs in the loop).
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from typing import Any, Callable, Iterator, NamedTuple
 import numpy as np
 import torch
 
+from . import _native
 from ._checks import ArrayLike, as_tensor, check_labels, check_nk_shape, probs_error, row_sum_tolerance
 
 Tensor = torch.Tensor
@@ -104,10 +109,10 @@ def scan(
     p, y, tol = _prepare(probs, labels, name)
     free = tie_free(p.shape[1], tol)
     if p.device.type == "cpu":
-        conf, correct, worst, lo, results = _scan_cpu(p, y, free, per_chunk)
+        conf, correct, worst, lo, hi, results = _scan_cpu(p, y, free, per_chunk)
     else:
-        conf, correct, p_true, worst, lo = _scan_device(p, y, free)
-    problem = probs_error(name, worst, lo, float(conf.amax()), tol)
+        conf, correct, p_true, worst, lo, hi = _scan_device(p, y, free)
+    problem = probs_error(name, worst, lo, hi, tol)
     if problem is not None:
         raise ValueError(problem)
     if p.device.type != "cpu":
@@ -138,22 +143,32 @@ class _Out:
 
     conf: Tensor  # (N,) row maxima
     correct: Tensor  # (N,) bool
-    lows: Tensor  # (chunks,) smallest entry of each chunk
-    sums: Tensor  # (chunks, 2) smallest and largest row sum of each chunk
+    stats: Tensor  # (chunks, 4) float64: smallest entry, smallest and largest row sum, largest entry
 
 
 def _scan_cpu(p: Tensor, y: Tensor, free: float, per_chunk: PerChunk | None):
+    fused = _native.scan_fn(p.dtype)
+    if fused is not None and per_chunk is None:
+        return _scan_whole(p, y, free, fused)
     n, k = p.shape
     step = max(1, CHUNK // k)
     starts = list(range(0, n, step))
     out = _Out(torch.empty(n, dtype=p.dtype), torch.empty(n, dtype=torch.bool),
-               torch.empty(len(starts), dtype=p.dtype), torch.empty(len(starts), 2, dtype=p.dtype))
+               torch.empty(len(starts), 4, dtype=torch.float64))
     ones = torch.ones(k, dtype=p.dtype) if k <= _MV_MAX_K else None
     workers = min(torch.get_num_threads(), len(starts) // 2)
 
     def run(first: int, last: int) -> list:
-        return [_chunk(p, y, i, starts[i], min(starts[i] + step, n), out, ones, free, per_chunk)
-                for i in range(first, last)]
+        results = []
+        for i in range(first, last):
+            start, stop = starts[i], min(starts[i] + step, n)
+            if fused is not None:
+                rows = _fused_chunk(p, y, start, stop, out, out.stats[i], free, fused)
+            else:
+                rows = _torch_chunk(p, y, start, stop, out, out.stats[i], free, ones)
+            # NaN input is refused after the pass: per_chunk skips it
+            results.append(None if per_chunk is None or math.isnan(out.stats[i, 0]) else per_chunk(rows))
+        return results
 
     with serial(p.device):
         if workers <= 1:
@@ -162,15 +177,42 @@ def _scan_cpu(p: Tensor, y: Tensor, free: float, per_chunk: PerChunk | None):
             cuts = [len(starts) * w // workers for w in range(workers + 1)]
             futures = [_pool(workers).submit(_single_threaded, run, a, b) for a, b in zip(cuts, cuts[1:])]
             results = [r for f in futures for r in f.result()]
-    low, high = float(out.sums[:, 0].amin()), float(out.sums[:, 1].amax())  # NaN propagates
-    return out.conf, out.correct, max(1 - low, high - 1), float(out.lows.amin()), results
+    return (out.conf, out.correct, *_verdict_stats(out.stats), results)
 
 
-def _chunk(
-    p: Tensor, y: Tensor, i: int, start: int, stop: int, out: _Out, ones: Tensor | None, free: float,
-    per_chunk: PerChunk | None,
-) -> Any:
-    """Rows ``start:stop``: read once from memory by the row max, then from the cache.
+def _verdict_stats(stats: Tensor) -> tuple[float, float, float]:
+    """``(max_i |row sum - 1|, min entry, max entry)`` from per-chunk rows of :class:`_Out` stats."""
+    lo, low = stats[:, :2].amin(0).tolist()  # NaN propagates
+    high, top = stats[:, 2:].amax(0).tolist()
+    return max(1 - low, high - 1), lo, top
+
+
+def _scan_whole(p: Tensor, y: Tensor, free: float, fn: Any):
+    """The pass as one call of the compiled kernel (:mod:`calib._native`), which reads each
+    row once, in PyTorch's OpenMP threads."""
+    n, k = p.shape
+    conf, correct = torch.empty(n, dtype=p.dtype), torch.empty(n, dtype=torch.bool)
+    stats = torch.empty(1, 4, dtype=torch.float64)
+    fn(p.data_ptr(), y.data_ptr(), n, k, free, conf.data_ptr(), correct.data_ptr(), None, stats.data_ptr(),
+       _native.threads(p.numel()))
+    return (conf, correct, *_verdict_stats(stats), [])
+
+
+def _fused_chunk(p: Tensor, y: Tensor, start: int, stop: int, out: _Out, stats: Tensor, free: float, fn: Any) -> Rows:
+    """Rows ``start:stop`` by the compiled kernel on this worker's thread (ctypes releases
+    the GIL for the call), with ``p[i, y_i]`` in this thread's scratch buffer."""
+    chunk, yc, conf, correct = p[start:stop], y[start:stop], out.conf[start:stop], out.correct[start:stop]
+    p_true = _scratch("p_true", stop - start, p.dtype)
+    fn(chunk.data_ptr(), yc.data_ptr(), stop - start, p.shape[1], free, conf.data_ptr(), correct.data_ptr(),
+       p_true.data_ptr(), stats.data_ptr(), 1)
+    return Rows(chunk, yc, conf, correct, p_true)
+
+
+def _torch_chunk(
+    p: Tensor, y: Tensor, start: int, stop: int, out: _Out, stats: Tensor, free: float, ones: Tensor | None
+) -> Rows:
+    """Rows ``start:stop`` by PyTorch ops (the reference for the kernel): read once from
+    memory by the row max, then from the cache.
 
     Row sums and ``p[i, y_i]`` go to this thread's scratch buffers (reused across calls:
     fresh buffers cost a page fault per 4 KiB on every call); only their extremes and
@@ -184,14 +226,12 @@ def _chunk(
         torch.mv(chunk, ones, out=sums)
     else:
         torch.sum(chunk, 1, out=sums)
-    torch.aminmax(sums, out=(out.sums[i, 0], out.sums[i, 1]))
-    torch.amin(chunk.view(-1), 0, out=out.lows[i])
+    low, high = torch.aminmax(sums)
+    stats.copy_(torch.stack([chunk.amin(), low, high, conf.amax()]))
     p_true = torch.gather(chunk, 1, yc[:, None], out=_scratch("p_true", m, p.dtype)[:, None]).view(-1)
     correct = torch.eq(p_true, conf, out=out.correct[start:stop])
     _resolve_ties(chunk, yc, conf, correct, free, _scratch("rows", chunk.numel(), p.dtype))
-    if per_chunk is None or math.isnan(float(out.lows[i])):  # NaN input: refused after the pass
-        return None
-    return per_chunk(Rows(chunk, yc, conf, correct, p_true))
+    return Rows(chunk, yc, conf, correct, p_true)
 
 
 _LOCAL = threading.local()
@@ -237,6 +277,24 @@ os.register_at_fork(after_in_child=_forget_pool)
 atexit.register(lambda: _POOL is not None and _POOL.shutdown(wait=False))
 
 
+def select_above(x: Tensor, threshold: float, inclusive: bool) -> tuple[Tensor, Tensor]:
+    """Values and flat positions (int64) of the entries of ``x`` above ``threshold`` (or
+    at it, when ``inclusive``), in order. On CPU the values and positions are views into
+    this thread's scratch buffers, valid until its next call."""
+    if x.device.type != "cpu":
+        where = (torch.ge(x, threshold) if inclusive else torch.gt(x, threshold)).view(-1).nonzero().squeeze(1)
+        return x.reshape(-1).index_select(0, where), where
+    fn = _native.above_fn(x.dtype) if x.is_contiguous() else None
+    if fn is None:  # numpy's flatnonzero is several times faster than torch.nonzero
+        a = x.numpy()
+        where = torch.from_numpy(np.flatnonzero(a >= threshold if inclusive else a > threshold))
+        return x.reshape(-1).index_select(0, where), where
+    n = x.numel()
+    where, values = _scratch("above_at", n, torch.int64), _scratch("above", n, x.dtype)
+    count = fn(x.data_ptr(), n, threshold, int(inclusive), where.data_ptr(), values.data_ptr())
+    return values[:count], where[:count]
+
+
 # --------------------------------------------------------------------------- CUDA and other devices
 
 
@@ -247,8 +305,8 @@ def _scan_device(p: Tensor, y: Tensor, free: float):
     p_true = p.gather(1, y[:, None]).squeeze(1)
     correct = p_true.eq(conf)
     _resolve_ties(p, y, conf, correct, free)
-    worst, lo = torch.stack([(rows - 1).abs().amax(), p.amin()]).tolist()
-    return conf, correct, p_true, worst, lo
+    worst, lo, hi = torch.stack([(rows - 1).abs().amax(), p.amin(), conf.amax()]).tolist()
+    return conf, correct, p_true, worst, lo, hi
 
 
 # --------------------------------------------------------------------------- ties

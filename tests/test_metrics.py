@@ -757,7 +757,10 @@ def test_order_statistics_equal_a_full_sort(n, kind, seed):
     assert np.array_equal(M._order_statistics(x, ranks), np.sort(x)[ranks])
 
 
-def test_fused_pass_chunking_does_not_change_results(monkeypatch):
+@pytest.mark.parametrize("native", [True, False], ids=["kernel", "torch-ops"])
+def test_fused_pass_chunking_does_not_change_results(monkeypatch, native):
+    if not native:
+        monkeypatch.setenv(calib._native.ENV_SWITCH, "0")
     g = torch.Generator().manual_seed(1)
     counts = torch.randint(0, 3, (3000, 5), generator=g).double()
     counts[counts.sum(1) == 0] = 1.0
@@ -799,7 +802,8 @@ def test_fused_pass_pool_is_not_inherited_by_fork():
     torch.set_num_threads(2)
     try:
         S.CHUNK = 70  # many chunks: the threaded path creates the pool
-        M.ece(p, y)
+        with calib._native.off():  # the PyTorch-ops path (the compiled kernel has no pool)
+            M.ece(p, y)
         assert S._POOL is not None
         with mp.get_context("fork").Pool(1) as pool:  # the child runs no torch op (OpenMP and fork)
             assert pool.apply_async(_pool_forgotten).get(timeout=60)
