@@ -27,6 +27,7 @@
  */
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define BLOCK 64      /* rows between tie checks: their prefixes are still in L1 cache */
 #define PREFETCH 8    /* rows ahead to prefetch */
@@ -206,6 +207,74 @@ DEFINE_ENTRY(calib_scan_f64, scan_rows_f64, double)
 
 DEFINE_SELECT(calib_above_f32, float, __m256, 8, ps)
 DEFINE_SELECT(calib_above_f64, double, __m256d, 4, pd)
+
+/* The bin of x among the m bins of the edges e[0..m] (increasing, e[k] within a few
+ * float32 ulps of k/m), exactly as torch.bucketize against the inner edges e[1..m-1]:
+ * the number of inner edges below x, or at or below it for [lo, hi) bins (`left`).
+ * Far from every edge floor(x m) is the bin; near one (within 1e-6 m in units of x m,
+ * more than the edges' rounding) the edges decide, one comparison at a time. */
+static inline int64_t bin_of(double x, const double *e, int64_t m, int left) {
+    const double g = x * (double)m;
+    if (g > 0 && g < (double)m) {
+        const int64_t b = (int64_t)g;
+        const double frac = g - (double)b, margin = 1e-6 * (double)m;
+        if (frac > margin && frac < 1 - margin) return b;
+    }
+    int64_t b = !(g > 0) ? 0 : g >= (double)m ? m - 1 : (int64_t)g; /* NaN: bin 0 */
+    if (left) {
+        while (b > 0 && x < e[b]) b--;
+        while (b < m - 1 && x >= e[b + 1]) b++;
+    } else {
+        while (b > 0 && x <= e[b]) b--;
+        while (b < m - 1 && x > e[b + 1]) b++;
+    }
+    return b;
+}
+
+/* Per bin of the confidences: sums[0:m] the count, sums[m:2m] the hits (correct = 1) and
+ * sums[2m:3m] the sum of confidences, in float64; one pass over conf and correct.
+ * Counts go to integer cells (bin, correct), confidences to float64 sums; each thread
+ * has COPIES interleaved copies of them (consecutive samples in one bin would otherwise
+ * wait on each other's additions). Returns 0, or -1 when its scratch memory cannot be
+ * allocated (the caller then uses the PyTorch ops). */
+#define COPIES 4
+#define DEFINE_BIN_SUMS(NAME, T)                                                            \
+    int NAME(const T *conf, const uint8_t *correct, int64_t n, const double *edges,      \
+             int64_t m, int left, double *sums, int threads) {                             \
+        if (threads < 1) threads = 1;                                                      \
+        if (threads > MAX_THREADS) threads = MAX_THREADS;                                  \
+        const int64_t copies = (int64_t)threads * COPIES;                                  \
+        int64_t *cells = calloc((size_t)(copies * 2 * m), sizeof(int64_t));                \
+        double *conf_sums = calloc((size_t)(copies * m), sizeof(double));                  \
+        if (!cells || !conf_sums) {                                                        \
+            free(cells), free(conf_sums);                                                  \
+            return -1;                                                                     \
+        }                                                                                  \
+        _Pragma("omp parallel for num_threads(threads) schedule(static, 1)")               \
+        for (int t = 0; t < threads; t++) {                                                \
+            const int64_t a = n * t / threads, b = n * (t + 1) / threads;                  \
+            for (int64_t i = a; i < b; i++) {                                              \
+                const int64_t c = (int64_t)t * COPIES + (i & (COPIES - 1));                \
+                const int64_t j = bin_of((double)conf[i], edges, m, left);                 \
+                cells[(c * m + j) * 2 + (correct[i] != 0)]++;                              \
+                conf_sums[c * m + j] += conf[i];                                           \
+            }                                                                              \
+        }                                                                                  \
+        for (int64_t j = 0; j < m; j++) {                                                  \
+            int64_t misses = 0, hits = 0;                                                  \
+            double total = 0;                                                              \
+            for (int64_t c = 0; c < copies; c++) {                                         \
+                misses += cells[(c * m + j) * 2], hits += cells[(c * m + j) * 2 + 1];      \
+                total += conf_sums[c * m + j];                                             \
+            }                                                                              \
+            sums[j] = (double)(misses + hits), sums[m + j] = (double)hits, sums[2 * m + j] = total; \
+        }                                                                                  \
+        free(cells), free(conf_sums);                                                      \
+        return 0;                                                                          \
+    }
+
+DEFINE_BIN_SUMS(calib_bin_sums_f32, float)
+DEFINE_BIN_SUMS(calib_bin_sums_f64, double)
 
 #else /* no AVX2 on this machine: calib/_native.py sees 0 and keeps the PyTorch ops */
 

@@ -102,6 +102,14 @@ def above_fn(dtype: torch.dtype):
     return _entry("calib_above", dtype)
 
 
+def bin_sums_fn(dtype: torch.dtype):
+    """``fn(conf, correct, n, edges, m, left, sums, threads) -> 0 or -1``: per bin of the
+    float64 ``edges[0..m]`` (bucketize semantics; ``[lo, hi)`` bins when ``left``) the
+    count, hits and confidence sum into ``sums[0:3m]``; -1 when out of memory. None for
+    other dtypes or without the kernel."""
+    return _entry("calib_bin_sums", dtype)
+
+
 def _entry(name: str, dtype: torch.dtype):
     lib = kernel()
     suffix = {torch.float32: "f32", torch.float64: "f64"}.get(dtype)
@@ -150,6 +158,9 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         above = getattr(lib, f"calib_above_{suffix}")
         above.restype = i64
         above.argtypes = [ptr, i64, ctypes.c_double, ctypes.c_int, ptr, ptr]
+        sums = getattr(lib, f"calib_bin_sums_{suffix}")
+        sums.restype = ctypes.c_int
+        sums.argtypes = [ptr, ptr, i64, ptr, i64, ctypes.c_int, ptr, ctypes.c_int]
     return lib, str(path)
 
 

@@ -48,6 +48,7 @@ from ._checks import (
     check_positive_int,
 )
 from . import _checks
+from . import _native
 from ._scan import Checked, Rows, scan, select_above, serial, top_label
 
 __all__ = [
@@ -87,8 +88,9 @@ _CHUNK = 1 << 22
 _ROW_SUM_ATOL = 1e-3
 # Samples per chunk of the float32 per-bin sums in ECE (see _binned_sum).
 _SUM_CHUNK = 1 << 12
-# Above this many bins, bin indices come from torch.bucketize instead of arithmetic.
-_ARITH_MAX_BINS = 1 << 16
+# Above this many bins, bin indices come from torch.bucketize instead of arithmetic, and
+# bin totals from bincounts instead of the compiled kernel (per-thread copies of the bins).
+_ARITH_MAX_BINS = _NATIVE_MAX_BINS = 1 << 16
 # Most bins (times classes, for Classwise-ECE) a metric allocates: 2^24 float64 cells
 # are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
 _MAX_BIN_CELLS = 1 << 24
@@ -317,8 +319,40 @@ def _ece_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
     return float(gap.abs_().sum()) / conf.numel()
 
 
-def _mce_from(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> float:
-    counts, hits, conf_sum = _bin_sums(idx, correct, conf, n_bins)
+def _totals(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> tuple[Tensor, Tensor, Tensor]:
+    """Per equal-width bin ``(count, sum of pi_i, sum of c_i)`` in float64: by the compiled
+    kernel in one pass (:mod:`calib._native`) where it is available, else bin indices
+    (:func:`_bin_index`) and bincounts."""
+    sums = _native_totals(conf, correct, n_bins, closed)
+    if sums is None:
+        return _bin_sums(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    return sums[0], sums[1], sums[2]
+
+
+def _native_totals(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> Tensor | None:
+    """``(3, n_bins)`` float64 bin totals from the compiled kernel, or None without it."""
+    fn = _native.bin_sums_fn(conf.dtype) if conf.device.type == "cpu" else None
+    if fn is None or n_bins > _NATIVE_MAX_BINS:
+        return None
+    conf, correct = conf.contiguous(), correct.contiguous()
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype).double()  # the edges _bin_index uses
+    sums = torch.empty(3, n_bins, dtype=torch.float64)
+    failed = fn(conf.data_ptr(), correct.data_ptr(), conf.numel(), edges.data_ptr(), n_bins, int(closed == "left"),
+                sums.data_ptr(), _native.threads(conf.numel()))
+    return None if failed else sums
+
+
+def _ece_of(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> float:
+    """ECE of top-label confidences and correctness (see :func:`ece`)."""
+    sums = _native_totals(conf, correct, n_bins, closed)
+    if sums is None:
+        return _ece_from(_bin_index(conf, n_bins, closed), correct, conf, n_bins)
+    return float((sums[1] - sums[2]).abs_().sum()) / conf.numel()
+
+
+def _mce_of(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> float:
+    """MCE of top-label confidences and correctness (see :func:`mce`)."""
+    counts, hits, conf_sum = _totals(conf, correct, n_bins, closed)
     full = counts > 0
     return float(((hits[full] - conf_sum[full]).abs() / counts[full]).max())
 
@@ -383,7 +417,7 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
     c = _scan(probs, labels)
-    return _ece_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
+    return _ece_of(c.conf, c.correct, n_bins, closed)
 
 
 @torch.no_grad()
@@ -396,7 +430,7 @@ def mce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
     c = _scan(probs, labels)
-    return _mce_from(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, n_bins)
+    return _mce_of(c.conf, c.correct, n_bins, closed)
 
 
 @torch.no_grad()
@@ -633,9 +667,9 @@ class BinStats:
         return float(np.abs(self.gap[full]).max())
 
 
-def _stats(idx: Tensor, correct: Tensor, conf: Tensor, edges: Tensor, closed: str) -> BinStats:
-    n_bins = edges.numel() - 1
-    counts, hits, conf_sum = _bin_sums(idx, correct, conf, n_bins)
+def _stats(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> BinStats:
+    counts, hits, conf_sum = _totals(conf, correct, n_bins, closed)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype)
     c = counts.cpu().numpy()
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.where(c > 0, hits.cpu().numpy() / c, np.nan)
@@ -655,8 +689,7 @@ def bin_stats(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: 
     n_bins = _check_n_bins(n_bins)
     _check_closed(closed)
     c = _scan(probs, labels)
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=c.conf.dtype, device=c.conf.device)
-    return _stats(_bin_index(c.conf, n_bins, closed), c.correct, c.conf, edges, closed)
+    return _stats(c.conf, c.correct, n_bins, closed)
 
 
 @torch.no_grad()
@@ -687,9 +720,7 @@ def bin_stats_from_confidence(
         raise ValueError(f"correct has shape {tuple(ok.shape)} but confidence has {tuple(c.shape)}")
     if bool(((ok != 0) & (ok != 1)).any()):
         raise ValueError("correct must hold only 0/1 (or booleans)")
-    ok = ok.to(device=c.device).bool()
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=c.dtype, device=c.device)
-    return _stats(_bin_index(c, n_bins, closed), ok, c, edges, closed)
+    return _stats(c, ok.to(device=c.device).bool(), n_bins, closed)
 
 
 # --------------------------------------------------------------------------- sweeps, CIs, summary
@@ -727,8 +758,8 @@ def ece_sweep(
         return {b: _adaece_from(conf, correct, b) for b in counts}
     if metric == "classwise_ece":
         return {b: _classwise(p, y, b, closed) for b in counts}
-    one = _ece_from if metric == "ece" else _mce_from
-    return {b: one(_bin_index(conf, b, closed), correct, conf, b) for b in counts}
+    one = _ece_of if metric == "ece" else _mce_of
+    return {b: one(conf, correct, b, closed) for b in counts}
 
 
 def _per_sample_stat(metric_fn: Callable, p: Tensor, y: Tensor, kw: dict) -> tuple[Callable, Tensor] | None:
@@ -824,15 +855,14 @@ def summary(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15) -> dict[str, 
     n_bins = _check_n_bins(n_bins, cells=_width(probs))
     c = _scan(probs, labels)
     p, y, conf, correct = c.p, c.y, c.conf, c.correct
-    idx = _bin_index(conf, n_bins, "right")
     return {
         "accuracy": float(correct.double().mean()),
         "nll": _nll(p, y),
         "brier": _brier(p, y),
-        "ece": _ece_from(idx, correct, conf, n_bins),
+        "ece": _ece_of(conf, correct, n_bins, "right"),
         "adaece": _adaece_from(conf, correct, n_bins),
         "classwise_ece": _classwise(p, y, n_bins, "right"),
-        "mce": _mce_from(idx, correct, conf, n_bins),
+        "mce": _mce_of(conf, correct, n_bins, "right"),
     }
 
 

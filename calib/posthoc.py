@@ -159,8 +159,7 @@ def _fit_grid(g: Tensor, y: Tensor, grid: np.ndarray, n_bins: int) -> float:
     scores = []
     for t in grid:
         conf = 1.0 / torch.exp(shifted / float(t)).sum(dim=1)
-        idx = metrics._bin_index(conf, n_bins, "right")
-        scores.append(metrics._ece_from(idx, correct, conf, n_bins))
+        scores.append(metrics._ece_of(conf, correct, n_bins, "right"))
     scores_np = np.asarray(scores)
     best = int(np.flatnonzero(scores_np <= scores_np.min() + 1e-12)[0])
     return float(grid[best])
@@ -313,8 +312,7 @@ class HistogramBinning:
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> "HistogramBinning":
         g, y = _logits_labels(logits, labels)
         conf, pred = torch.softmax(g.double(), dim=1).max(dim=1)
-        idx = metrics._bin_index(conf, self.n_bins, "right")
-        counts, hits, _ = metrics._bin_sums(idx, pred.eq(y), conf, self.n_bins)
+        counts, hits, _ = metrics._totals(conf, pred.eq(y), self.n_bins, "right")
         c, h = counts.cpu().numpy(), hits.cpu().numpy()
         mid = 0.5 * (self.edges[:-1] + self.edges[1:])
         with np.errstate(invalid="ignore", divide="ignore"):
