@@ -1,16 +1,19 @@
-/* One fused pass over the rows of an (N, K) probability matrix, with AVX2.
+/* The compiled kernels of calib.metrics, with AVX2 (calib/_native.py builds this file on
+ * first use with cc -O3 -march=native -fopenmp; without a compiler or AVX2 the PyTorch
+ * ops that define the same results are used, and the tests compare the two).
  *
- * Companion of calib/_scan.py, which defines the contract and holds the reference
- * implementation in PyTorch ops; calib/_native.py compiles this file on first use
- * (cc -O3 -march=native) and falls back to the PyTorch ops when it cannot.
- *
- * For each row i of p (row-major, K entries) and label y_i it writes
+ * calib_scan_{f32,f64}: one fused pass over the rows of an (N, K) probability matrix
+ * (calib/_scan.py holds the contract and the reference in PyTorch ops). For each row i
+ * of p (row-major, K entries) and label y_i it writes
  *     conf[i]    = max_k p_ik
  *     correct[i] = 1 if the FIRST k with p_ik = conf[i] is y_i (torch.argmax's rule), else 0
  *     p_true[i]  = p[i, y_i]                                   (only when p_true != NULL)
- * and for the whole block
+ * and for all rows
  *     stats[0] = min_ik p_ik,  stats[1], stats[2] = min and max row sum,  stats[3] = max conf
  * with stats[0..3] = NaN when any row sum is NaN (a NaN entry, or inf - inf).
+ * calib_above_{f32,f64}: the entries above a threshold (classwise ECE's bins beyond 0).
+ * calib_bin_sums_{f32,f64}: per equal-width bin, count, hits and confidence sum (ECE).
+ * calib_classwise_{f32,f64}: the per-class, per-bin sums of classwise ECE.
  *
  * Why a kernel: PyTorch's row maximum of narrow rows (K = 10) is compute-bound, about
  * 12 ns a row on one core, and validation needs a row sum and a minimum besides; each
@@ -42,33 +45,20 @@ int calib_native_abi(void) { return 1; }
 static const int32_t TAIL32[16] = {-1, -1, -1, -1, -1, -1, -1, -1, 0, 0, 0, 0, 0, 0, 0, 0};
 static const int64_t TAIL64[8] = {-1, -1, -1, -1, 0, 0, 0, 0};
 
-static inline float hmax_ps(__m256 v) {
-    __m128 a = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_max_ps(a, _mm_movehl_ps(a, a));
-    return _mm_cvtss_f32(_mm_max_ss(a, _mm_movehdup_ps(a)));
-}
-static inline float hmin_ps(__m256 v) {
-    __m128 a = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_min_ps(a, _mm_movehl_ps(a, a));
-    return _mm_cvtss_f32(_mm_min_ss(a, _mm_movehdup_ps(a)));
-}
-static inline float hsum_ps(__m256 v) {
-    __m128 a = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    a = _mm_add_ps(a, _mm_movehl_ps(a, a));
-    return _mm_cvtss_f32(_mm_add_ss(a, _mm_movehdup_ps(a)));
-}
-static inline double hmax_pd(__m256d v) {
-    __m128d a = _mm_max_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_max_sd(a, _mm_unpackhi_pd(a, a)));
-}
-static inline double hmin_pd(__m256d v) {
-    __m128d a = _mm_min_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_min_sd(a, _mm_unpackhi_pd(a, a)));
-}
-static inline double hsum_pd(__m256d v) {
-    __m128d a = _mm_add_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1));
-    return _mm_cvtsd_f64(_mm_add_sd(a, _mm_unpackhi_pd(a, a)));
-}
+/* Horizontal max, min and sum of the lanes of one vector: hmax_ps, ..., hadd_pd. */
+#define DEFINE_HREDUCE(OP)                                                                  \
+    static inline float h##OP##_ps(__m256 v) {                                             \
+        __m128 a = _mm_##OP##_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); \
+        a = _mm_##OP##_ps(a, _mm_movehl_ps(a, a));                                          \
+        return _mm_cvtss_f32(_mm_##OP##_ss(a, _mm_movehdup_ps(a)));                         \
+    }                                                                                      \
+    static inline double h##OP##_pd(__m256d v) {                                           \
+        __m128d a = _mm_##OP##_pd(_mm256_castpd256_pd128(v), _mm256_extractf128_pd(v, 1)); \
+        return _mm_cvtsd_f64(_mm_##OP##_sd(a, _mm_unpackhi_pd(a, a)));                      \
+    }
+DEFINE_HREDUCE(max)
+DEFINE_HREDUCE(min)
+DEFINE_HREDUCE(add)
 
 /* The kernel, written once for both element types: T, its vector V of W lanes, the
  * intrinsic suffix S (ps/pd) and the tail-mask table TAIL. */
@@ -113,7 +103,7 @@ static inline double hsum_pd(__m256d v) {
                     m1 = OP(max, S)(m1, a), lo = OP(min, S)(lo, a);                        \
                 }                                                                          \
                 const T m = H(hmax, S)(OP(max, S)(m0, m1));                                \
-                const V sum = OP(set1, S)(H(hsum, S)(OP(add, S)(s0, s1)));                 \
+                const V sum = OP(set1, S)(H(hadd, S)(OP(add, S)(s0, s1)));                 \
                 sum_lo = OP(min, S)(sum_lo, sum), sum_hi = OP(max, S)(sum_hi, sum);        \
                 nan = OP(or, S)(nan, OP(cmp, S)(sum, sum, _CMP_UNORD_Q));                  \
                 hi = OP(max, S)(hi, OP(set1, S)(m));                                       \
@@ -275,6 +265,67 @@ static inline int64_t bin_of(double x, const double *e, int64_t m, int left) {
 
 DEFINE_BIN_SUMS(calib_bin_sums_f32, float)
 DEFINE_BIN_SUMS(calib_bin_sums_f64, double)
+
+/* Classwise ECE's sums over rows of p: per class k the column sum col[k]; per cell
+ * (k, b), flat k * m + b, the sum psum of the entries p_ik above the first inner edge
+ * e[1] (at or above it when `left`) that fall in bin b, and the count hits of rows with
+ * y_i = k whose p[i, y_i] falls in bin b. Entries at or below e[1] all lie in bin 0,
+ * whose psum the caller gets as the column sum minus the other bins' (most entries of
+ * wide rows are there, so they are only summed, never binned). Accumulates into
+ * col (k), psum (k m) and hits (k m), which the caller zeroes; float64 sums. Each thread
+ * sums into its own copy. Returns 0, or -1 when out of memory. */
+#define DEFINE_CLASSWISE(NAME, T, V, W, S, TAIL)                                                  \
+    static void NAME##_rows(const T *p, const int64_t *y, int64_t n, int64_t k,           \
+                            const double *e, int64_t m, int left, double *col,             \
+                            double *psum, int64_t *hits) {                                 \
+        const V ev = OP(set1, S)((T)e[1]);                                                 \
+        const int64_t rest = k % W;                                                        \
+        const __m256i tail = _mm256_loadu_si256((const __m256i *)(TAIL + W - rest));       \
+        for (int64_t i = 0; i < n; i++) {                                                  \
+            const T *r = p + i * k;                                                        \
+            for (int64_t j = 0; j < k; j += W) { /* the tail: masked lanes read 0 < e[1] */ \
+                const V a = j + W <= k ? OP(loadu, S)(r + j) : OP(maskload, S)(r + j, tail); \
+                unsigned bits = OP(movemask, S)(left ? OP(cmp, S)(a, ev, _CMP_GE_OQ)       \
+                                                     : OP(cmp, S)(a, ev, _CMP_GT_OQ));     \
+                for (; bits; bits &= bits - 1) {                                           \
+                    const int64_t q = j + __builtin_ctz(bits);                             \
+                    psum[q * m + bin_of((double)r[q], e, m, left)] += r[q];                \
+                }                                                                          \
+            }                                                                              \
+            for (int64_t q = 0; q < k; q++) col[q] += r[q]; /* vectorised by the compiler */ \
+            hits[y[i] * m + bin_of((double)r[y[i]], e, m, left)]++;                        \
+        }                                                                                  \
+    }                                                                                      \
+    int NAME(const T *p, const int64_t *y, int64_t n, int64_t k, const double *e,         \
+             int64_t m, int left, double *col, double *psum, int64_t *hits, int threads) { \
+        if (threads < 1) threads = 1;                                                      \
+        if (threads > MAX_THREADS) threads = MAX_THREADS;                                  \
+        const int64_t width = k + k * m; /* one thread's col, then psum */                \
+        double *sums = calloc((size_t)(threads * width), sizeof(double));                  \
+        int64_t *counts = calloc((size_t)(threads * k * m), sizeof(int64_t));              \
+        if (!sums || !counts) {                                                            \
+            free(sums), free(counts);                                                      \
+            return -1;                                                                     \
+        }                                                                                  \
+        _Pragma("omp parallel for num_threads(threads) schedule(static, 1)")               \
+        for (int t = 0; t < threads; t++) {                                                \
+            const int64_t a = n * t / threads, b = n * (t + 1) / threads;                  \
+            double *mine = sums + (int64_t)t * width;                                      \
+            NAME##_rows(p + a * k, y + a, b - a, k, e, m, left, mine, mine + k,            \
+                        counts + (int64_t)t * k * m);                                      \
+        }                                                                                  \
+        for (int t = 0; t < threads; t++) {                                                \
+            const double *mine = sums + (int64_t)t * width;                                \
+            const int64_t *theirs = counts + (int64_t)t * k * m;                           \
+            for (int64_t q = 0; q < k; q++) col[q] += mine[q];                             \
+            for (int64_t c = 0; c < k * m; c++) psum[c] += mine[k + c], hits[c] += theirs[c]; \
+        }                                                                                  \
+        free(sums), free(counts);                                                          \
+        return 0;                                                                          \
+    }
+
+DEFINE_CLASSWISE(calib_classwise_f32, float, __m256, 8, ps, TAIL32)
+DEFINE_CLASSWISE(calib_classwise_f64, double, __m256d, 4, pd, TAIL64)
 
 #else /* no AVX2 on this machine: calib/_native.py sees 0 and keeps the PyTorch ops */
 

@@ -110,6 +110,14 @@ def bin_sums_fn(dtype: torch.dtype):
     return _entry("calib_bin_sums", dtype)
 
 
+def classwise_fn(dtype: torch.dtype):
+    """``fn(p, y, n, k, edges, m, left, col, psum, hits, threads) -> 0 or -1``: classwise
+    ECE's column sums (float64, k), per-cell sums of the entries above ``edges[1]``
+    (float64, k m) and label counts (int64, k m), added to the zeroed outputs; -1 when
+    out of memory. None for other dtypes or without the kernel."""
+    return _entry("calib_classwise", dtype)
+
+
 def _entry(name: str, dtype: torch.dtype):
     lib = kernel()
     suffix = {torch.float32: "f32", torch.float64: "f64"}.get(dtype)
@@ -161,6 +169,9 @@ def _load() -> tuple[ctypes.CDLL | None, str]:
         sums = getattr(lib, f"calib_bin_sums_{suffix}")
         sums.restype = ctypes.c_int
         sums.argtypes = [ptr, ptr, i64, ptr, i64, ctypes.c_int, ptr, ctypes.c_int]
+        classwise = getattr(lib, f"calib_classwise_{suffix}")
+        classwise.restype = ctypes.c_int
+        classwise.argtypes = [ptr, ptr, i64, i64, ptr, i64, ctypes.c_int, ptr, ptr, ptr, ctypes.c_int]
     return lib, str(path)
 
 

@@ -482,6 +482,9 @@ def _width(probs: ArrayLike) -> int:
 def _classwise(p: Tensor, y: Tensor, n_bins: int, closed: str) -> float:
     """Classwise ECE of checked input, a block of rows at a time (see :func:`classwise_ece`)."""
     n, k = p.shape
+    native = _native_classwise_sums(p, y, n_bins, closed)  # one pass, OpenMP threads
+    if native is not None:
+        return _classwise_total([native], n, k, n_bins)
     rows = max(1, _CHUNK // k)
     with serial(p.device):
         parts = [_classwise_sums(Rows(p[i:i + rows], y[i:i + rows], None, None, None), n_bins, closed)
@@ -499,6 +502,9 @@ def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tenso
     """
     pc, yc = rows.p, rows.y
     k = pc.shape[1]
+    native = _native_classwise_sums(pc, yc, n_bins, closed)
+    if native is not None:
+        return native
     psum = torch.zeros(k * n_bins, dtype=torch.float64, device=pc.device)
     if n_bins > 1:
         e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype)[1])
@@ -508,6 +514,23 @@ def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tenso
     p_true = rows.p_true if rows.p_true is not None else _at_label(pc, yc)
     hits = torch.bincount(yc.mul(n_bins).add_(_bin_index(p_true, n_bins, closed)), minlength=k * n_bins)
     return _column_sums(pc), psum, hits
+
+
+def _native_classwise_sums(pc: Tensor, yc: Tensor, n_bins: int, closed: str) -> tuple | None:
+    """:func:`_classwise_sums` by the compiled kernel (one pass over the block, float64
+    sums), or None without it. In a worker thread of the scan (one intra-op thread) it
+    runs single-threaded, else in PyTorch's OpenMP threads."""
+    fn = _native.classwise_fn(pc.dtype) if pc.device.type == "cpu" and pc.is_contiguous() else None
+    if fn is None or n_bins > _NATIVE_MAX_BINS:
+        return None
+    (n, k), yc = pc.shape, yc.contiguous()
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype).double()
+    col, psum = torch.zeros(k, dtype=torch.float64), torch.zeros(k * n_bins, dtype=torch.float64)
+    hits = torch.zeros(k * n_bins, dtype=torch.int64)
+    threads = 1 if torch.get_num_threads() == 1 else _native.threads(pc.numel())
+    failed = fn(pc.data_ptr(), yc.data_ptr(), n, k, edges.data_ptr(), n_bins, int(closed == "left"),
+                col.data_ptr(), psum.data_ptr(), hits.data_ptr(), threads)
+    return None if failed else (col, psum, hits)
 
 
 def _column_sums(pc: Tensor) -> Tensor:
