@@ -463,12 +463,15 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, clos
     Cost: with ``e_1`` the first inner edge, every entry at or below it (most of them
     when K is large) lies in bin 0, so ``sum_{i in B_k0} p_ik`` is the column sum minus
     the other bins' sums. Only the entries above ``e_1`` are binned and scattered, and
-    the label indicator contributes one entry per row. All of it runs on each chunk of
-    the validation pass while the chunk is in cache (:mod:`calib._scan`), so the input is
-    read from memory once.
+    the label indicator contributes one entry per row. The compiled kernel
+    (:mod:`calib._native`) does it in one pass after validation; with PyTorch ops it runs
+    on each chunk of the validation pass while the chunk is in cache (:mod:`calib._scan`).
     """
     n_bins = _check_n_bins(n_bins, cells=_width(probs))
     _check_closed(closed)
+    if _native.kernel() is not None:  # two compiled passes: validation, then the sums
+        c = _scan(probs, labels)
+        return _classwise(c.p, c.y, n_bins, closed)
     c, parts = scan(probs, labels, per_chunk=lambda rows: _classwise_sums(rows, n_bins, closed))
     return _classwise_total(parts, *c.p.shape, n_bins)
 
@@ -502,9 +505,6 @@ def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tenso
     """
     pc, yc = rows.p, rows.y
     k = pc.shape[1]
-    native = _native_classwise_sums(pc, yc, n_bins, closed)
-    if native is not None:
-        return native
     psum = torch.zeros(k * n_bins, dtype=torch.float64, device=pc.device)
     if n_bins > 1:
         e1 = float(torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype)[1])
@@ -517,9 +517,8 @@ def _classwise_sums(rows: Rows, n_bins: int, closed: str) -> tuple[Tensor, Tenso
 
 
 def _native_classwise_sums(pc: Tensor, yc: Tensor, n_bins: int, closed: str) -> tuple | None:
-    """:func:`_classwise_sums` by the compiled kernel (one pass over the block, float64
-    sums), or None without it. In a worker thread of the scan (one intra-op thread) it
-    runs single-threaded, else in PyTorch's OpenMP threads."""
+    """:func:`_classwise_sums` by the compiled kernel (one pass in PyTorch's OpenMP
+    threads, float64 sums), or None without it."""
     fn = _native.classwise_fn(pc.dtype) if pc.device.type == "cpu" and pc.is_contiguous() else None
     if fn is None or n_bins > _NATIVE_MAX_BINS:
         return None
@@ -527,9 +526,8 @@ def _native_classwise_sums(pc: Tensor, yc: Tensor, n_bins: int, closed: str) -> 
     edges = torch.linspace(0, 1, n_bins + 1, dtype=pc.dtype).double()
     col, psum = torch.zeros(k, dtype=torch.float64), torch.zeros(k * n_bins, dtype=torch.float64)
     hits = torch.zeros(k * n_bins, dtype=torch.int64)
-    threads = 1 if torch.get_num_threads() == 1 else _native.threads(pc.numel())
     failed = fn(pc.data_ptr(), yc.data_ptr(), n, k, edges.data_ptr(), n_bins, int(closed == "left"),
-                col.data_ptr(), psum.data_ptr(), hits.data_ptr(), threads)
+                col.data_ptr(), psum.data_ptr(), hits.data_ptr(), _native.threads(pc.numel()))
     return None if failed else (col, psum, hits)
 
 

@@ -142,6 +142,22 @@ def test_per_chunk_results_are_the_same_with_the_kernel(k, closed, kind, dtype, 
     assert fast == pytest.approx(slow, abs=1e-8)
 
 
+@needs_kernel
+@pytest.mark.parametrize("k", [3, 10, 37])
+def test_scan_per_chunk_sees_the_same_rows_with_the_kernel(k, monkeypatch):
+    """scan(per_chunk=...) hands each chunk's rows, top label and p[i, y_i] to the callback."""
+    monkeypatch.setattr(S, "CHUNK", 997)  # many chunks, shared between worker threads
+    p, y = _data(4000, k, "ties", torch.float64, seed=k)
+
+    def rows(r: S.Rows) -> tuple:
+        return r.p.clone(), r.conf.clone(), r.correct.clone(), r.p_true.clone()
+
+    fast, slow = both(lambda: [torch.cat(t) for t in zip(*S.scan(p, y, per_chunk=rows)[1])])
+    for a, b in zip(fast, slow):
+        assert torch.equal(a, b)
+    assert torch.equal(fast[0], p) and torch.equal(fast[3], p.gather(1, y[:, None]).squeeze(1))
+
+
 def _classwise_reference(p: torch.Tensor, y: torch.Tensor, n_bins: int, closed: str) -> float:
     """Classwise ECE with torch.bucketize's bins in p's dtype and float64 sums."""
     edges = torch.linspace(0, 1, n_bins + 1, dtype=p.dtype)
