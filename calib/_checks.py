@@ -102,20 +102,28 @@ def row_sum_tolerance(dtype: torch.dtype, atol: float = ROW_SUM_ATOL) -> float:
     return atol
 
 
-def probs_error(name: str, worst_row_dev: float, lo: float, hi: float, atol: float) -> str | None:
+def probs_error(name: str, row_sums: tuple[float, float], lo: float, hi: float, atol: float) -> str | None:
     """The message for probabilities with these statistics, or None when they are fine.
 
-    ``worst_row_dev`` is ``max_i |sum_k p_ik - 1|`` (NaN/inf when any entry is), ``lo``/``hi``
-    the smallest and largest entry. Only values outside [0, 1], which probabilities
-    cannot have and logits usually do, get the hint to pass ``softmax(logits)``.
+    ``row_sums`` is the smallest and largest row sum (NaN/inf when any entry is),
+    ``lo``/``hi`` the smallest and largest entry. The hint to pass ``softmax(logits)``
+    goes only to inputs that look like logits: clearly negative entries (below -0.01),
+    or entries above 1 in rows whose sums differ (probabilities scaled by a common
+    factor, or one entry a little above 1, get the range and the row sums instead).
     """
-    if not np.isfinite(worst_row_dev):
+    low, high = row_sums
+    if not (np.isfinite(low) and np.isfinite(high)):
         return f"{name} contains NaN or inf values"
+    worst = max(1 - low, high - 1)
     if lo < -1e-6 or hi > 1 + 1e-6:
-        return (f"{name} must be probabilities in [0, 1]; got values in [{lo:.4g}, {hi:.4g}] "
-                "(these look like logits: pass softmax(logits), not logits)")
-    if worst_row_dev > atol:
-        return (f"{name} rows must sum to 1 (largest deviation {worst_row_dev:.3g}, tolerance "
+        message = f"{name} must be probabilities in [0, 1]; got values in [{lo:.6g}, {hi:.6g}]"
+        if lo < -0.01 or high - low > atol:
+            return f"{message} (these look like logits: pass softmax(logits), not logits)"
+        if worst > atol:
+            return f"{message} and row sums in [{low:.6g}, {high:.6g}]; normalise each row, e.g. divide by its sum"
+        return message
+    if worst > atol:
+        return (f"{name} rows must sum to 1 (largest deviation {worst:.3g}, tolerance "
                 f"{atol:.3g}); normalise each row, e.g. divide by its sum")
     return None
 
@@ -227,9 +235,9 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = ROW
     d = p.detach()
     # Row sums: a matrix-vector product is ~2x faster than sum(dim=1) for narrow rows.
     rows = torch.mv(d, torch.ones(d.shape[1], dtype=d.dtype, device=d.device)) if d.shape[1] < 32 else d.sum(dim=1)
-    worst = float(rows.sub_(1).abs_().amax())  # NaN or inf anywhere shows up here
-    lo, hi = torch.aminmax(d) if np.isfinite(worst) else (worst, worst)
-    problem = probs_error(name, worst, float(lo), float(hi), tol)
+    low, high = (float(v) for v in torch.aminmax(rows))  # NaN or inf anywhere shows up here
+    lo, hi = torch.aminmax(d) if np.isfinite(low + high) else (low, high)
+    problem = probs_error(name, (low, high), float(lo), float(hi), tol)
     if problem is not None:
         raise ValueError(problem)
     return p

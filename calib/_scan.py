@@ -109,10 +109,10 @@ def scan(
     p, y, tol = _prepare(probs, labels, name)
     free = tie_free(p.shape[1], tol)
     if p.device.type == "cpu":
-        conf, correct, worst, lo, hi, results = _scan_cpu(p, y, free, per_chunk)
+        conf, correct, sums, lo, hi, results = _scan_cpu(p, y, free, per_chunk)
     else:
-        conf, correct, p_true, worst, lo, hi = _scan_device(p, y, free)
-    problem = probs_error(name, worst, lo, hi, tol)
+        conf, correct, p_true, sums, lo, hi = _scan_device(p, y, free)
+    problem = probs_error(name, sums, lo, hi, tol)
     if problem is not None:
         raise ValueError(problem)
     if p.device.type != "cpu":
@@ -180,11 +180,11 @@ def _scan_cpu(p: Tensor, y: Tensor, free: float, per_chunk: PerChunk | None):
     return (out.conf, out.correct, *_verdict_stats(out.stats), results)
 
 
-def _verdict_stats(stats: Tensor) -> tuple[float, float, float]:
-    """``(max_i |row sum - 1|, min entry, max entry)`` from per-chunk rows of :class:`_Out` stats."""
+def _verdict_stats(stats: Tensor) -> tuple[tuple[float, float], float, float]:
+    """``((min row sum, max row sum), min entry, max entry)`` from per-chunk :class:`_Out` stats."""
     lo, low = stats[:, :2].amin(0).tolist()  # NaN propagates
     high, top = stats[:, 2:].amax(0).tolist()
-    return max(1 - low, high - 1), lo, top
+    return (low, high), lo, top
 
 
 def _scan_whole(p: Tensor, y: Tensor, free: float, fn: Any):
@@ -305,8 +305,8 @@ def _scan_device(p: Tensor, y: Tensor, free: float):
     p_true = p.gather(1, y[:, None]).squeeze(1)
     correct = p_true.eq(conf)
     _resolve_ties(p, y, conf, correct, free)
-    worst, lo, hi = torch.stack([(rows - 1).abs().amax(), p.amin(), conf.amax()]).tolist()
-    return conf, correct, p_true, worst, lo, hi
+    low, high, lo, hi = torch.stack([*rows.aminmax(), p.amin(), conf.amax()]).tolist()
+    return conf, correct, p_true, (low, high), lo, hi
 
 
 # --------------------------------------------------------------------------- ties

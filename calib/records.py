@@ -17,10 +17,11 @@ recomputed without retraining. This module imports nothing from :mod:`calib.trai
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 import torch
 import torch.nn.functional as F
@@ -63,17 +64,13 @@ def atomic_save(obj: Any, path: Path, *, durable: bool = True) -> None:
     """
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    try:
+    with _cleaned_up(tmp, path):
         with open(tmp, "wb") as fh:
             torch.save(obj, fh)
             fh.flush()
             if durable:
                 os.fsync(fh.fileno())
         os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
     if not durable:
         return
     with contextlib.suppress(OSError):  # make the rename itself durable
@@ -86,8 +83,35 @@ def atomic_save(obj: Any, path: Path, *, durable: bool = True) -> None:
 
 def _atomic_write_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    with _cleaned_up(tmp, path):
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
+@contextlib.contextmanager
+def _cleaned_up(tmp: Path, path: Path) -> Iterator[None]:
+    """Remove ``tmp`` if the block fails; a failed write becomes an ``OSError`` naming ``path``.
+
+    torch's archive writer reports a full disk or a file-size limit as a ``RuntimeError``
+    ("[enforce fail at inline_container.cc] unexpected pos ..."), which names neither the
+    file nor the cause.
+    """
+    try:
+        yield
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        if isinstance(exc, OSError):
+            raise _write_error(path, exc.errno, exc.strerror or str(exc)) from exc
+        if isinstance(exc, RuntimeError) and "inline_container" in str(exc):
+            raise _write_error(path, errno.ENOSPC, "the disk is full or a file-size limit was reached") from exc
+        raise
+
+
+def _write_error(path: Path, code: int | None, why: str) -> OSError:
+    error = OSError(f"could not write {path}: {why}")  # one line: no "[Errno N]" prefix
+    error.errno = code
+    return error
 
 
 def load_history(run_dir: str | os.PathLike) -> list[dict[str, Any]]:

@@ -42,8 +42,9 @@ class RunDirError(Exception):
 
 def check_out(out: str | os.PathLike | None) -> Path:
     """``out`` as a Path, refusing an empty name and a location that cannot be a directory."""
-    if out is None or str(out).strip() == "":
-        raise RunDirError('--out must name a run directory, got an empty string ("")')
+    text = "" if out is None else str(out)
+    if not text.strip():
+        raise RunDirError(f"--out must name a run directory, got {'a blank' if text else 'an empty'} name ({text!r})")
     path = Path(out)
     for parent in (path, *path.parents):
         if parent.exists():
@@ -83,7 +84,9 @@ def check_owner(
 
     * ``resume`` is asked for a directory that does not exist;
     * the directory is not empty and holds no ``config.json`` (not a calib run);
-    * its ``config.json`` is unreadable, or describes another configuration;
+    * its ``config.json`` is unreadable, or describes another configuration that left
+      results (a run that stopped before its first checkpoint, e.g. one that diverged
+      at once, left none and is replaced);
     * it holds this configuration's finished run (``metrics.json``) and neither
       ``resume`` nor ``overwrite`` is given, or its checkpoint and no ``resume``.
     """
@@ -110,6 +113,8 @@ def check_owner(
         raise RunDirError(f"{config} does not hold a calib configuration ({exc})") from None
     mine = dict(identity)
     if diff := sorted(k for k in set(theirs) | set(mine) if theirs.get(k) != mine.get(k)):
+        if _no_results(path):  # it stopped before its first checkpoint (e.g. diverged)
+            return "overwrite"
         detail = ", ".join(f"{k}: {theirs.get(k)!r} there vs {mine.get(k)!r} now" for k in diff[:4])
         raise RunDirError(f"{path} holds another run ({detail}); choose another --out "
                           "(--overwrite never replaces a different configuration)")
@@ -126,6 +131,14 @@ def check_owner(
         raise RunDirError(f"{path} already holds a checkpoint of this run; pass --resume to continue it "
                           "(or --overwrite to start it again)")
     return "new"  # this run's config.json without a checkpoint: it stopped before its first epoch
+
+
+def _no_results(path: Path) -> bool:
+    """No checkpoint, logits or metrics, and no finished epoch in the history."""
+    if any((path / name).exists() for name in RUN_FILES[2:]):
+        return False
+    history = path / RUN_FILES[1]
+    return not history.exists() or not history.read_text().strip()
 
 
 def clear_run(path: str | os.PathLike) -> None:

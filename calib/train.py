@@ -33,7 +33,10 @@ permutation of the training set and takes its own slice of each global batch
 (``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and, when the
 training-set size N divides by W, a run on W processes sees exactly the batches of one
 process and follows its trajectory (up to float reduction order; the tests check the
-batches exactly and the trajectory to 1e-5 on CPU with a model without BatchNorm). When N
+batches exactly and the trajectory to 1e-5 on CPU with a model without BatchNorm) for
+losses that are means over samples (CE, focal, BSCE, ...). Batch-level terms (``mmce``,
+``dece``, ``sece`` and the meta step of ``--meta``) are computed on each rank's share of
+the batch, so those runs differ from one process even then. When N
 does not divide by W, the last ``N mod W`` samples of each epoch's permutation are left out
 on every rank, so the run differs from one process in those samples
 (``tests/test_ddp_sharding.py``); choose N (``--val-size``) or W to make it divide. On CUDA, BatchNorm layers become
@@ -399,7 +402,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
         raise CheckpointError(
             f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
-            "delete it to start the run afresh, or point out= elsewhere"
+            "delete it to start the run afresh, or choose another --out (out= in Python)"
         ) from exc
     if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "config" not in ckpt:
         raise CheckpointError(f"{path} is not a calib checkpoint (format {CHECKPOINT_FORMAT})")

@@ -8,8 +8,7 @@ equals the one-process batch, step by step and epoch by epoch (each rank holds a
 share, so DDP's gradient average is the global batch mean: the trajectories agree up to
 float reduction order, tests/test_ddp.py). When it does not, the last ``N mod W`` samples
 of each epoch's permutation are left out on every rank (equal shares keep DDP's average
-exact), so the run differs from one process in those samples, and the last global batch
-can be split unevenly between ranks.
+exact), so the run differs from one process in those samples.
 """
 from __future__ import annotations
 

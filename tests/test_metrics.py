@@ -9,6 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import calib._checks
 import calib._scan
 from calib import metrics as M
 from calib._scan import top_label
@@ -686,6 +687,20 @@ def test_logits_hint_only_for_inputs_that_look_like_logits():
     with pytest.raises(ValueError) as info:
         M.ece(p * 0.5, y)  # in [0, 1] but unnormalised: not logits
     assert "rows must sum to 1" in str(info.value) and "logits" not in str(info.value)
+    positive = torch.rand(50, 4, generator=torch.Generator().manual_seed(2)) * 5  # ReLU-like logits
+    with pytest.raises(ValueError, match="look like logits"):
+        M.ece(positive, y)
+    for scale in (1.02, 2.0):  # probabilities times a common factor: rows sum to it, no hint
+        with pytest.raises(ValueError) as info:
+            M.ece(p * scale, y)
+        assert "logits" not in str(info.value) and "row sums in" in str(info.value), str(info.value)
+    q = p.clone()
+    q[0] = torch.tensor([1.0004, 0.0, 0.0, 0.0])  # one entry a little above 1 (row sums within 1e-3)
+    with pytest.raises(ValueError) as info:
+        M.ece(q, y)
+    assert "logits" not in str(info.value) and "1.0004]" in str(info.value), str(info.value)
+    assert calib._checks.probs_error("p", (1.0, 1.0), -0.001, 0.9, 1e-3) == (
+        "p must be probabilities in [0, 1]; got values in [-0.001, 0.9]")  # rounding, not logits
 
 
 def test_huge_n_bins_refused_by_name_before_allocating():

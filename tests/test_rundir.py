@@ -95,7 +95,8 @@ def test_finished_run_needs_overwrite_and_another_config_is_never_replaced(finis
 
 
 def test_empty_out_and_impossible_out(tmp_path):
-    one_line_failure(cli(*tiny("")), 2, "--out must name a run directory")
+    one_line_failure(cli(*tiny("")), 2, "--out must name a run directory, got an empty name")
+    assert "blank name ('  ')" in str(pytest.raises(rundir.RunDirError, rundir.check_out, "  ").value)
     afile = tmp_path / "file"
     afile.write_text("x")
     one_line_failure(cli(*tiny(afile / "run")), 2, "which is a file")
@@ -226,6 +227,9 @@ def test_divergence_stops_with_epoch_and_step_and_keeps_last_good_checkpoint(tmp
 def test_divergence_from_the_cli_is_one_line_and_debug_shows_the_traceback(tmp_path):
     args = tiny(tmp_path / "run", "--lr", "1e30", "--optimizer", "sgd")
     one_line_failure(cli(*args), 1, "training diverged", "epoch 1, step", "lower learning rate")
+    # following the advice in the same --out works: the diverged run left no results to protect
+    done = cli(*tiny(tmp_path / "run", "--lr", "0.05", "--optimizer", "sgd"))
+    assert done.returncode == 0, done.stderr[-2000:]
     shutil.rmtree(tmp_path / "run")
     done = cli(*args, env={"CALIB_DEBUG": "1"})
     assert done.returncode == 1 and "Traceback" in done.stderr and "TrainingDiverged" in done.stderr
@@ -246,10 +250,45 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
         return real_save(obj, fh, *a, **k)
 
     monkeypatch.setattr(T.torch, "save", full_disk)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match=f"could not write .*{CHECKPOINT_FILE}: No space left"):
         trainer.fit()
     assert load_checkpoint(tmp_path / "run" / CHECKPOINT_FILE)["epoch"] == 1  # still loadable
     assert not (tmp_path / "run" / f".{CHECKPOINT_FILE}.tmp").exists()
+
+
+def test_archive_writer_failure_is_named_as_a_write_error(tmp_path, monkeypatch):
+    """torch's zip writer reports a full disk as RuntimeError('... inline_container.cc ...')."""
+    from calib import records
+
+    def short_write(obj, fh, *a, **k):
+        fh.write(b"partial")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 640 vs 534")
+
+    monkeypatch.setattr(records.torch, "save", short_write)
+    target = tmp_path / "x.pt"
+    target.write_bytes(b"old")
+    with pytest.raises(OSError, match="could not write .*x.pt: the disk is full or a file-size limit") as info:
+        records.atomic_save({"a": 1}, target)
+    assert info.value.errno == errno.ENOSPC and target.read_bytes() == b"old"
+    assert not (tmp_path / ".x.pt.tmp").exists()
+    monkeypatch.setattr(records.torch, "save", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("other")))
+    with pytest.raises(RuntimeError, match="other"):  # anything else is not disguised
+        records.atomic_save({"a": 1}, target)
+
+
+def test_failed_text_write_leaves_no_temp_file(tmp_path, monkeypatch):
+    from calib import records
+
+    def full(self, text, *a, **k):
+        with open(self, "w") as fh:
+            fh.write(text[:3])
+        raise OSError(errno.EFBIG, "File too large", str(self))
+
+    monkeypatch.setattr(records.Path, "write_text", full)
+    target = tmp_path / "history.jsonl"
+    with pytest.raises(OSError, match="could not write .*history.jsonl: File too large"):
+        records._atomic_write_text(target, "0123456789")
+    assert not target.exists() and not list(tmp_path.iterdir())
 
 
 def test_file_too_large_from_the_cli_is_one_line(tmp_path):
@@ -258,7 +297,7 @@ def test_file_too_large_from_the_cli_is_one_line(tmp_path):
 
     out = tmp_path / "run"
     one_line_failure(cli(*tiny(out, "--model-arg", "hidden=256"), preexec=limit), 1, "calib: error:",
-                     "File too large")
+                     "could not write", str(out))
     assert not (out / f".{CHECKPOINT_FILE}.tmp").exists()
 
 
