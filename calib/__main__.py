@@ -355,13 +355,17 @@ def _schedule_warnings(config: Any, trainer: Any) -> None:
               "one smaller batch per epoch")
 
 
-def _result_warnings(metrics: dict[str, Any], num_classes: int | None) -> None:
-    from .posthoc import _T_LIMIT
+def _result_warnings(metrics: dict[str, Any], num_classes: int | None, config: Any = None) -> None:
+    from .posthoc import _T_LIMIT, default_grid
 
     t = metrics["temperature"]
-    if t >= _T_LIMIT * (1 - 1e-9) or t <= (1 / _T_LIMIT) * (1 + 1e-9):
-        _warn(f"the fitted temperature {t:g} sits at its clip limit [{1 / _T_LIMIT:g}, {_T_LIMIT:g}]: the "
-              "validation logits carry (almost) no information about the labels, or separate them perfectly")
+    low, high, what = 1 / _T_LIMIT, _T_LIMIT, "clip limit"
+    if getattr(config, "ts_method", "nll") == "grid":  # the grid search's own ends
+        grid = default_grid(config.ts_grid_step)
+        low, high, what = float(grid[0]), float(grid[-1]), "grid's end"
+    if t >= high * (1 - 1e-9) or t <= low * (1 + 1e-9):
+        _warn(f"the fitted temperature {t:g} sits at its {what} [{low:g}, {high:g}]: the validation "
+              "logits carry (almost) no information about the labels, or separate them perfectly")
     acc = metrics["pre_ts"]["accuracy"]
     if num_classes and acc <= 1.0 / num_classes + 0.01:
         _warn(f"test accuracy {acc:.4f} is at chance level (1/K = {1 / num_classes:.4f}): the model learned "
@@ -416,7 +420,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         pre, post = metrics["pre_ts"], metrics["post_ts"]
         print(f"test accuracy {pre['accuracy']:.4f} | ECE {100 * pre['ece']:.2f}% -> "
               f"{100 * post['ece']:.2f}% after TS (T = {metrics['temperature']:.3f}) | run: {config.out}")
-        _result_warnings(metrics, getattr(trainer, "num_classes", None))
+        _result_warnings(metrics, getattr(trainer, "num_classes", None), config)
     return 0
 
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -340,3 +341,8 @@ def test_temperature_at_its_clip_limit_is_a_warning(capsys):
     _result_warnings({**base, "temperature": 1.5}, 10)
     err = capsys.readouterr().err
     assert err.count("clip limit") == 2 and "chance" not in err
+    grid = types.SimpleNamespace(ts_method="grid", ts_grid_step=0.1)  # the grid search's ends: 0.1 and 10
+    for t in (10.0, 0.1, 2.3):
+        _result_warnings({**base, "temperature": t}, 10, grid)
+    err = capsys.readouterr().err
+    assert err.count("grid's end [0.1, 10]") == 2
