@@ -1,12 +1,15 @@
-"""The optional compiled kernel of :mod:`calib._scan`: ``_native.c``, built on first use.
+"""The optional compiled kernels of :mod:`calib.metrics` (``_native.c``), built on first use.
 
 The metrics need, for every row of an ``(N, K)`` probability matrix, its maximum, its
 first argmax, its sum and its minimum. PyTorch computes each with its own op, and the
 row maximum of narrow rows alone is compute-bound (about 12 ns a row for K = 10 on one
-core). ``_native.c`` computes all four from one load of each row into AVX2 registers.
+core). ``_native.c`` computes all four from one load of each row into AVX2 registers
+(:mod:`calib._scan`), and the per-bin sums of ECE and classwise ECE in one pass each.
 
 It is compiled the first time a metric runs on CPU, with the C compiler already on the
-machine (``$CC``, else ``cc``, ``gcc`` or ``clang``) and ``-O3 -march=native``, into a
+machine (``$CC``, else ``cc``, ``gcc`` or ``clang``) and ``-O3 -march=native -fopenmp``
+(linked to ``libgomp.so.1``, which resolves to the copy PyTorch has loaded, so the kernels
+run in PyTorch's OpenMP team instead of competing with its spinning threads), into a
 cache folder (``$CALIB_CACHE``, else ``~/.cache/calib``): about half a second, once per
 machine. The library file's name carries a hash of the source, the compiler, its flags
 and the CPU, so an edit or another machine sharing the home folder builds its own; it is
@@ -14,8 +17,8 @@ written under a temporary name and renamed into place, so parallel processes (py
 workers) never load half a file.
 
 Nothing depends on it: without a compiler, on a CPU without AVX2, or with
-``CALIB_NATIVE=0``, :func:`kernel` returns None and :mod:`calib._scan` uses the
-PyTorch ops that define the same results (the tests compare the two on every input
+``CALIB_NATIVE=0``, :func:`kernel` returns None and the metrics use the PyTorch ops
+that define the same results (the tests compare the two on every input
 class). :func:`status` says which is in use and why.
 """
 from __future__ import annotations
@@ -65,11 +68,11 @@ def kernel() -> ctypes.CDLL | None:
 def status() -> str:
     """One line: whether the compiled kernel is in use, and why not if it is not."""
     if not _enabled():
-        return f"compiled scan kernel off (${ENV_SWITCH}=0): PyTorch ops"
+        return f"compiled kernel off (${ENV_SWITCH}=0): PyTorch ops"
     kernel()
     if _loaded is not None:
-        return f"compiled scan kernel in use ({_reason})"
-    return f"compiled scan kernel unavailable ({_reason}): PyTorch ops"
+        return f"compiled kernel in use ({_reason})"
+    return f"compiled kernel unavailable ({_reason}): PyTorch ops"
 
 
 @contextlib.contextmanager

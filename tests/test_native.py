@@ -1,4 +1,4 @@
-"""The compiled scan kernel (calib/_native.c) against the PyTorch ops that define it.
+"""The compiled kernels (calib/_native.c) against the PyTorch ops that define them.
 
 Every result of the fused pass (top-label confidence, argmax-first correctness, the
 validation verdict and its message, per-chunk results) must be the same whichever
