@@ -60,6 +60,21 @@ DEFINE_HREDUCE(max)
 DEFINE_HREDUCE(min)
 DEFINE_HREDUCE(add)
 
+/* The number of OpenMP threads to use: at least 1, at most MAX_THREADS. */
+static inline int team(int threads) {
+    return threads < 1 ? 1 : threads > MAX_THREADS ? MAX_THREADS : threads;
+}
+
+/* Zeroed scratch of nd doubles and ni int64s; 0, or -1 (nothing allocated) when out of
+ * memory. */
+static int zeroed(int64_t nd, double **d, int64_t ni, int64_t **i) {
+    *d = calloc((size_t)nd, sizeof(double));
+    *i = calloc((size_t)ni, sizeof(int64_t));
+    if (*d && *i) return 0;
+    free(*d), free(*i);
+    return -1;
+}
+
 /* The kernel, written once for both element types: T, its vector V of W lanes, the
  * intrinsic suffix S (ps/pd) and the tail-mask table TAIL. */
 #define CAT4(a, b, c, d) a##b##c##d
@@ -143,8 +158,7 @@ DEFINE_SCAN(scan_rows_f64, double, __m256d, 4, pd, TAIL64)
     void NAME(const T *p, const int64_t *y, int64_t n, int64_t k, double tie_free,        \
               T *conf, uint8_t *correct, T *p_true, double *stats, int threads) {         \
         double part[MAX_THREADS][4];                                                       \
-        if (threads < 1) threads = 1;                                                      \
-        if (threads > MAX_THREADS) threads = MAX_THREADS;                                  \
+        threads = team(threads);                                                           \
         _Pragma("omp parallel for num_threads(threads) schedule(static, 1)")               \
         for (int t = 0; t < threads; t++) {                                                \
             const int64_t a = n * t / threads, b = n * (t + 1) / threads;                  \
@@ -231,15 +245,11 @@ static inline int64_t bin_of(double x, const double *e, int64_t m, int left) {
 #define DEFINE_BIN_SUMS(NAME, T)                                                            \
     int NAME(const T *conf, const uint8_t *correct, int64_t n, const double *edges,      \
              int64_t m, int left, double *sums, int threads) {                             \
-        if (threads < 1) threads = 1;                                                      \
-        if (threads > MAX_THREADS) threads = MAX_THREADS;                                  \
+        threads = team(threads);                                                           \
         const int64_t copies = (int64_t)threads * COPIES;                                  \
-        int64_t *cells = calloc((size_t)(copies * 2 * m), sizeof(int64_t));                \
-        double *conf_sums = calloc((size_t)(copies * m), sizeof(double));                  \
-        if (!cells || !conf_sums) {                                                        \
-            free(cells), free(conf_sums);                                                  \
-            return -1;                                                                     \
-        }                                                                                  \
+        double *conf_sums;                                                                 \
+        int64_t *cells;                                                                    \
+        if (zeroed(copies * m, &conf_sums, copies * 2 * m, &cells)) return -1;             \
         _Pragma("omp parallel for num_threads(threads) schedule(static, 1)")               \
         for (int t = 0; t < threads; t++) {                                                \
             const int64_t a = n * t / threads, b = n * (t + 1) / threads;                  \
@@ -298,15 +308,11 @@ DEFINE_BIN_SUMS(calib_bin_sums_f64, double)
     }                                                                                      \
     int NAME(const T *p, const int64_t *y, int64_t n, int64_t k, const double *e,         \
              int64_t m, int left, double *col, double *psum, int64_t *hits, int threads) { \
-        if (threads < 1) threads = 1;                                                      \
-        if (threads > MAX_THREADS) threads = MAX_THREADS;                                  \
+        threads = team(threads);                                                           \
         const int64_t width = k + k * m; /* one thread's col, then psum */                \
-        double *sums = calloc((size_t)(threads * width), sizeof(double));                  \
-        int64_t *counts = calloc((size_t)(threads * k * m), sizeof(int64_t));              \
-        if (!sums || !counts) {                                                            \
-            free(sums), free(counts);                                                      \
-            return -1;                                                                     \
-        }                                                                                  \
+        double *sums;                                                                      \
+        int64_t *counts;                                                                   \
+        if (zeroed(threads * width, &sums, threads * k * m, &counts)) return -1;           \
         _Pragma("omp parallel for num_threads(threads) schedule(static, 1)")               \
         for (int t = 0; t < threads; t++) {                                                \
             const int64_t a = n * t / threads, b = n * (t + 1) / threads;                  \
