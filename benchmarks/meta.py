@@ -3,7 +3,7 @@
 For each model, on one batch of the same shape, three steps:
 
 * ``focal step``: forward, focal loss (gamma = 1), backward, SGD step (the baseline);
-* ``meta step, exact``: :func:`calib.meta.meta_step` with ``order="second"`` (look-ahead
+* ``meta step, exact``: :func:`calib.train.meta.meta_step` with ``order="second"`` (look-ahead
   with ``create_graph=True``, SECE on a meta-validation batch, hypergradient through the
   inner gradient, gamma-Net step, then the real backbone step);
 * ``meta step, first order``: the same with ``order="first"`` (the mixed second derivative
@@ -29,7 +29,7 @@ from _timing import header, median_time, row  # noqa: E402
 
 from calib import models, profile  # noqa: E402
 from calib.losses import focal_loss  # noqa: E402
-from calib.meta import GammaNet, meta_step  # noqa: E402
+from calib.train.meta import GammaNet, meta_step  # noqa: E402
 
 
 def _cases(device: torch.device) -> list[tuple[str, torch.nn.Module, tuple[int, ...]]]:

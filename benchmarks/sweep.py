@@ -5,7 +5,7 @@ Three ways to train the same digits + MLP cell for ``--epochs`` epochs:
 * ``train steps only``: the :meth:`calib.train.Trainer.train_step` calls of those epochs, nothing else;
 * ``Trainer.fit, no run dir``: plus the per-epoch validation pass and the final metrics
   (both temperature fits);
-* ``sweep cell``: a whole :func:`calib.sweep.sweep` cell: run directory, checkpoints,
+* ``sweep cell``: a whole :func:`calib.experiments.sweep.sweep` cell: run directory, checkpoints,
   history, logits, ``metrics.json``, the results/summary tables.
 
 Each is timed as the median over ``--repeat`` fresh cells (new seed, new directory) after a
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import header, median_time, row  # noqa: E402
 
-from calib import sweep as sw  # noqa: E402
+from calib.experiments import sweep as sw  # noqa: E402
 from calib.train import TrainConfig, Trainer  # noqa: E402
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from calib.__main__ import build_parser, config_from_args, main
+from calib.cli import build_parser, config_from_args, main
 from calib.train import METRICS_FILE, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -102,7 +102,7 @@ def test_cuda_device_without_cuda_exits_2(tmp_path, capsys):
 
 
 def test_meta_without_metatrainer_exits_2(tmp_path, capsys, monkeypatch):
-    monkeypatch.setitem(sys.modules, "calib.meta", types.ModuleType("calib.meta"))  # no MetaTrainer in it
+    monkeypatch.setitem(sys.modules, "calib.train.meta", types.ModuleType("calib.train.meta"))  # no MetaTrainer in it
     code, err = exit_code(tiny_args(tmp_path / "r", "--meta", "gamma_net"), capsys)
     assert code == 2 and "MetaTrainer" in err
 

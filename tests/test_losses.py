@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from torch.autograd import gradcheck, gradgradcheck
 
 from calib import losses as L
-from calib import uncertainty as U
+from calib.losses import uncertainty as U
 
 T = torch.tensor
 EXPECTED_NAMES = [

@@ -1,4 +1,4 @@
-"""Tests for calib.meta: gamma-Net (001 Eq. 3-4), the look-ahead hypergradient, meta-training."""
+"""Tests for calib.train.meta: gamma-Net (001 Eq. 3-4), the look-ahead hypergradient, meta-training."""
 from __future__ import annotations
 
 import json
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from calib.meta import GammaNet, gamma_from_features, hypergradient, meta_split, meta_step, split_811
+from calib.train.meta import GammaNet, gamma_from_features, hypergradient, meta_split, meta_step, split_811
 
 
 class Tiny(nn.Module):
@@ -358,7 +358,7 @@ def _config(out=None, **kw):
 
 
 def test_meta_trainer_carves_an_811_split_and_records_gamma(tmp_path) -> None:
-    from calib.meta import MetaTrainer
+    from calib.train.meta import MetaTrainer
     from calib.train import load_history
 
     data = _toy_splits()
@@ -383,7 +383,7 @@ def test_meta_trainer_carves_an_811_split_and_records_gamma(tmp_path) -> None:
 
 def test_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, interrupted_after) -> None:
 
-    from calib.meta import MetaTrainer
+    from calib.train.meta import MetaTrainer
     from calib.train import TrainingInterrupted, load_history
 
     data = _toy_splits(1)
@@ -405,7 +405,7 @@ def test_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, in
 
 
 def test_meta_trainer_refuses_a_checkpoint_with_other_meta_settings(tmp_path) -> None:
-    from calib.meta import MetaTrainer
+    from calib.train.meta import MetaTrainer
     from calib.train import CheckpointError
 
     data = _toy_splits()
@@ -427,7 +427,7 @@ def test_meta_trainer_refuses_a_checkpoint_with_other_meta_settings(tmp_path) ->
     ],
 )
 def test_meta_trainer_rejects_bad_settings(kw, init, exc, match) -> None:
-    from calib.meta import MetaTrainer
+    from calib.train.meta import MetaTrainer
 
     with pytest.raises(exc, match=match):
         MetaTrainer(_config(**kw), data=_toy_splits(), **init)
@@ -435,7 +435,7 @@ def test_meta_trainer_rejects_bad_settings(kw, init, exc, match) -> None:
 
 @pytest.mark.slow
 def test_cli_trains_with_gamma_net_on_tiny_data(tmp_path, capsys) -> None:
-    from calib.__main__ import main
+    from calib.cli import main
     from calib.train import load_history
 
     out = tmp_path / "cli"
@@ -466,7 +466,7 @@ def test_l2_hypergradient_is_the_chain_rule_through_the_lookahead() -> None:
     """d meta/d omega = −lr · 2 W ⊙ ∇_{W'} meta: the penalty's gradient is 2 ω ⊙ W."""
     import torch.nn.functional as F
 
-    from calib.meta import l2_hypergradient, meta_objective
+    from calib.train.meta import l2_hypergradient, meta_objective
 
     data = _toy_splits(2)
     model = _toy_model().double()
@@ -494,7 +494,7 @@ def test_l2_meta_steps_lower_the_meta_objective_on_a_toy_problem(objective) -> N
     """With the backbone held fixed, Adam steps on omega lower the look-ahead meta-objective."""
     import torch.nn.functional as F
 
-    from calib.meta import l2_hypergradient
+    from calib.train.meta import l2_hypergradient
 
     data = _toy_splits(3)
     model = _toy_model(1)
@@ -523,7 +523,7 @@ def _l2_config(out, **kw):
 
 
 def test_l2_meta_trainer_is_what_metatrainer_builds_for_l2_reg(tmp_path) -> None:
-    from calib.meta import L2MetaTrainer, MetaTrainer
+    from calib.train.meta import L2MetaTrainer, MetaTrainer
     from calib.train import load_history
 
     data = _toy_splits()
@@ -546,7 +546,7 @@ def test_l2_meta_trainer_is_what_metatrainer_builds_for_l2_reg(tmp_path) -> None
 
 def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, interrupted_after) -> None:
 
-    from calib.meta import L2MetaTrainer, MetaTrainer
+    from calib.train.meta import L2MetaTrainer, MetaTrainer
     from calib.train import CheckpointError, TrainingInterrupted, load_history
 
     data = _toy_splits(1)
@@ -577,7 +577,7 @@ def test_l2_meta_step_on_a_batchnorm_backbone_leaves_its_statistics_to_the_train
     """
     import torch.nn.functional as F
 
-    from calib.meta import l2_meta_step
+    from calib.train.meta import l2_meta_step
 
     torch.manual_seed(0)
     model = Tiny(batchnorm=True).train()

@@ -1,4 +1,4 @@
-"""calib.mixup: the mix, the mixed loss, determinism, and the trainer hook (mixup_alpha) with resume."""
+"""calib.train.mixup: the mix, the mixed loss, determinism, and the trainer hook (mixup_alpha) with resume."""
 from __future__ import annotations
 
 
@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 
 from calib import losses
-from calib.mixup import check_alpha, mix_batch, mixup_loss, sample_lambda
+from calib.train.mixup import check_alpha, mix_batch, mixup_loss, sample_lambda
 
 
 def _batch(n=16, k=4, d=5, seed=0):

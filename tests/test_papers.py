@@ -1,4 +1,4 @@
-"""calib.papers and calib/paper_results.csv: table sizes, registry names, spot checks, the loader."""
+"""calib.experiments.papers and calib/paper_results.csv: table sizes, registry names, spot checks, the loader."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from calib import data, losses, models, papers
+from calib import data, losses, models
+from calib.experiments import papers
 
 # Expected number of rows per (paper, table), derived from each table's printed structure:
 EXPECTED_COUNTS = {

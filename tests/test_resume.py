@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import calib.train as ct
-from calib.__main__ import build_parser, config_from_args
+import calib.train.trainer as ct
+from calib.cli import build_parser, config_from_args
 from calib.train import CHECKPOINT_FILE, METRICS_FILE, CheckpointError, TrainConfig, Trainer, TrainingInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from calib import rundir
+from calib.train import rundir
 from calib.train import CHECKPOINT_FILE, TrainConfig, Trainer, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -202,7 +202,7 @@ def _config(out: Path, epochs: int = 2) -> TrainConfig:
 
 
 def test_divergence_stops_with_epoch_and_step_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    from calib import train as T
+    from calib.train import trainer as T
 
     trainer = Trainer(_config(tmp_path / "run", epochs=3))
     steps_per_epoch = len(trainer.train_loader)
@@ -237,7 +237,7 @@ def test_divergence_from_the_cli_is_one_line_and_debug_shows_the_traceback(tmp_p
 
 
 def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypatch):
-    from calib import train as T
+    from calib.train import trainer as T
 
     trainer = Trainer(_config(tmp_path / "run", epochs=2))
     real_save = torch.save
@@ -259,7 +259,7 @@ def test_disk_full_during_a_checkpoint_keeps_the_previous_one(tmp_path, monkeypa
 
 def test_archive_writer_failure_is_named_as_a_write_error(tmp_path, monkeypatch):
     """torch's zip writer reports a full disk as RuntimeError('... inline_container.cc ...')."""
-    from calib import records
+    from calib.train import records
 
     def short_write(obj, fh, *a, **k):
         fh.write(b"partial")
@@ -278,7 +278,7 @@ def test_archive_writer_failure_is_named_as_a_write_error(tmp_path, monkeypatch)
 
 
 def test_failed_text_write_leaves_no_temp_file(tmp_path, monkeypatch):
-    from calib import records
+    from calib.train import records
 
     def full(self, text, *a, **k):
         with open(self, "w") as fh:
@@ -333,7 +333,7 @@ def test_resume_with_another_process_count_is_a_checkpoint_error(tmp_path):
 
 
 def test_temperature_at_its_clip_limit_is_a_warning(capsys):
-    from calib.__main__ import _result_warnings
+    from calib.cli import _result_warnings
 
     base = {"pre_ts": {"accuracy": 0.9}}
     _result_warnings({**base, "temperature": 1000.0}, 10)

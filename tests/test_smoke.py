@@ -10,8 +10,8 @@ import types
 import pytest
 import torch
 
-from calib import profile, runtime
-from calib.__main__ import main
+from calib import profile, profile as runtime
+from calib.cli import main
 from calib.data import DownloadError, fake, load
 from calib.train import TrainConfig, Trainer, smoke_config
 
@@ -235,7 +235,7 @@ def test_smoke_cap(monkeypatch):
 
 def test_sweep_grid_keeps_the_first_seeds_in_smoke_mode(monkeypatch):
     """Smoke mode: every loss, data and model of the grid, the first SMOKE_CAPS["seeds"] seeds."""
-    from calib import sweep as sw
+    from calib.experiments import sweep as sw
 
     monkeypatch.delenv("CALIB_SMOKE", raising=False)
     full = sw.grid_cells(["ce", "focal:gamma=3"], "paper", "digits", "mlp", preset="wang2021")

@@ -1,4 +1,4 @@
-"""calib.sweep and `python -m calib sweep`; the trainer's protocol settings (select, clip, TS, epoch logits)."""
+"""calib.experiments.sweep and `python -m calib sweep`; the trainer's protocol settings (select, clip, TS, epoch logits)."""
 from __future__ import annotations
 
 import hashlib
@@ -17,9 +17,9 @@ import pytest
 import torch
 
 from calib import posthoc
-from calib import sweep as sw
-from calib.__main__ import main
-from calib.presets import PAPER_SEEDS, PRESETS
+from calib.experiments import sweep as sw
+from calib.cli import main
+from calib.train.presets import PAPER_SEEDS, PRESETS
 from calib.train import (
     LOGITS_FILE,
     METRICS_FILE,
@@ -580,7 +580,7 @@ def test_epoch_logits_resume_and_missing(tmp_path):
 
 
 def test_sweep_help_documents_every_option():
-    from calib.__main__ import build_parser
+    from calib.cli import build_parser
 
     sub = build_parser()._subparsers._group_actions[0].choices
     text = sub["sweep"].format_help()
@@ -636,9 +636,9 @@ def test_evaluate_recomputes_with_another_grid_step(tmp_path, capsys):
 
 
 def test_second_sweep_on_a_locked_directory_exits_2_at_once_and_shards_lock_cells(tmp_path):
-    """The sweep takes calib.rundir's lock: a second unsharded process on the same DIR exits 2
+    """The sweep takes calib.train.rundir's lock: a second unsharded process on the same DIR exits 2
     with one line; a shard does not lock DIR (shards share it) but locks the cell it trains."""
-    from calib import rundir
+    from calib.train import rundir
 
     out = tmp_path / "grid"
     with rundir.lock(out, what="test"):

@@ -19,7 +19,7 @@ import pytest
 import torch
 
 from calib import _checks, losses, profile
-from calib.meta import GammaNet, meta_step
+from calib.train.meta import GammaNet, meta_step
 from calib.train import TrainConfig, Trainer
 
 READS = ("item", "tolist", "__bool__", "__int__", "__float__", "__index__")

@@ -18,7 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.figure import Figure
 
-from calib import losses, theory, uncertainty
+from calib import losses, theory
+from calib.losses import uncertainty
 from calib import plots
 
 FAST = settings(max_examples=40, deadline=None)
@@ -606,7 +607,8 @@ def test_figure_bad_input(call, err):
 
 
 # =========================================================================== issue 10 additions
-from calib import experiments, focal_bounds, gra_field, metrics, scoring  # noqa: E402
+from calib import experiments, metrics  # noqa: E402
+from calib.theory import focal_bounds, gra_field, scoring
 
 # --------------------------------------------------------------------------- focal bounds, every gamma
 

@@ -301,7 +301,7 @@ def test_image_models_get_the_input_channels(channels_last):
 
 
 class Hooked(Trainer):
-    """A subclass like calib.meta.MetaTrainer: an extra module + optimiser in the checkpoint."""
+    """A subclass like calib.train.meta.MetaTrainer: an extra module + optimiser in the checkpoint."""
 
     def __init__(self, config, **kw):
         super().__init__(config, **kw)

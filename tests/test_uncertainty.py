@@ -1,4 +1,4 @@
-"""calib.uncertainty: the sample-wise weights u_FL, u_DFL, u_gBS (000 §4) and their special cases."""
+"""calib.losses.uncertainty: the sample-wise weights u_FL, u_DFL, u_gBS (000 §4) and their special cases."""
 from __future__ import annotations
 
 import math
@@ -9,7 +9,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from calib import uncertainty as U
+from calib.losses import uncertainty as U
 
 T = torch.tensor
 

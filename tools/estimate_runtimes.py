@@ -4,7 +4,7 @@ For every chapter (or those named): write the synthetic datasets, execute the ch
 ``CALIB_PROFILE=colab CALIB_SMOKE=1`` (nbval, one thread) while the trainer appends the
 FLOPs of each *uncapped* run to a ledger (``CALIB_FLOP_LEDGER``), and store the chapter's
 wall time (``other_seconds``) and the ledger's total (``train_flops``).
-:func:`calib.runtime.t4_estimate` turns them into an estimate, shown at the top of each
+:func:`calib.profile.t4_estimate` turns them into an estimate, shown at the top of each
 chapter by ``profile.describe("NN_name")``. On a machine with a T4,
 ``--measure`` executes the chapters at the real ``colab`` profile instead and stores the
 measured ``t4_seconds``.
@@ -29,7 +29,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from calib import runtime  # noqa: E402
+from calib import profile as runtime  # noqa: E402
 
 
 def run_chapter(nb: pathlib.Path, env: dict[str, str]) -> tuple[int, float]:
@@ -70,7 +70,7 @@ def main() -> int:
     table["note"] = (
         "other_seconds: wall time of the chapter's colab branch in smoke mode (CALIB_SMOKE=1, one "
         "thread) on the machine below, an upper bound on its non-training work; train_flops: "
-        "FLOPs of its uncapped training runs (calib.runtime.record_run); t4_seconds: measured "
+        "FLOPs of its uncapped training runs (calib.profile.record_run); t4_seconds: measured "
         "on a T4. Written by tools/estimate_runtimes.py."
     )
     table["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}"

@@ -74,7 +74,7 @@ def plot_focal_bounds(gammas: Sequence[float] = (0.5, 3.0), *, num_classes: int 
     log-product and binary-entropy bounds (every ``gamma``) and the entropy bound, from
     :func:`calib.focal_bounds.focal_bounds_one_hot`.
     """
-    from .. import focal_bounds
+    from ..theory import focal_bounds
 
     gs = [float(g) for g in gammas]
     if not gs:
@@ -138,7 +138,8 @@ def plot_gra_field(eta: Sequence[float], weights: Mapping[str, object], *, span:
     point the way gradient descent moves; the circle is the loop of
     :func:`calib.gra_field.circulation` and the dot the fixed point.
     """
-    from .. import gra_field, theory
+    from .. import theory
+    from ..theory import gra_field
 
     if not weights:
         raise ValueError("weights must be a non-empty mapping")

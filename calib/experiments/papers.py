@@ -5,7 +5,7 @@
 Tables 1-2 and Mukhoti et al. (2020) Table 1, one row per number, as printed. Chapters read
 it instead of typing a paper's number::
 
-    from calib import papers
+    from calib.experiments import papers
     rows = papers.results(paper="mukhoti2020focal", dataset="cifar10",
                           method="focal")
     table = papers.beside(our_summary, paper="lin2024uncertainty", table="1",

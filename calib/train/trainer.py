@@ -67,10 +67,9 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from . import profile as _profile
-from . import runtime as _runtime
-from .data.splits import smoke_subset
-from ._checks import check_labels, check_nonnegative, check_positive_int
+from .. import profile as _profile
+from ..data.splits import smoke_subset
+from .._checks import check_labels, check_nonnegative, check_positive_int
 from .records import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -106,6 +105,9 @@ __all__ = [
     "load_config",
     "split_stats",
     "smoke_config",
+    "load_checkpoint",
+    "seed_everything",
+    "TrainingDiverged",
     "CheckpointError",
     "TrainingInterrupted",
     "CONFIG_FILE",
@@ -535,7 +537,7 @@ class Trainer:
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = self._wrap(self.model)
-        _runtime.record_run(requested, self.model, self.data)  # only with $CALIB_FLOP_LEDGER (calib.runtime)
+        _profile.record_run(requested, self.model, self.data)  # only with $CALIB_FLOP_LEDGER (calib.runtime)
         self.criterion = self.build_criterion()
         self.optimizer = self.build_optimizer()
         self.scheduler = self.build_scheduler()
@@ -595,7 +597,7 @@ class Trainer:
             )
 
     def _load_data(self) -> Any:
-        from . import data as cdata
+        from .. import data as cdata
 
         kw: dict[str, Any] = {}
         if self.config.val_size is not None:
@@ -605,7 +607,7 @@ class Trainer:
 
     def build_model(self) -> nn.Module:
         """``calib.models.make(config.model, num_classes, **model_kwargs)``; the MLP gets its input size."""
-        from . import models
+        from .. import models
 
         kw = dict(self.config.model_kwargs)
         shape = tuple(self.data.train_x.shape[1:])
@@ -621,7 +623,7 @@ class Trainer:
 
     def build_criterion(self) -> nn.Module:
         """``calib.losses.make(config.loss, **loss_kwargs)``."""
-        from . import losses
+        from .. import losses
 
         return losses.make(self.config.loss, **self.config.loss_kwargs)
 
@@ -640,7 +642,7 @@ class Trainer:
 
     def build_loader(self, split: str, *, train: bool = False) -> Any:
         """A ``calib.data.DeviceLoader`` over one split (training: shuffled, augmented, sharded)."""
-        from .data import DeviceLoader
+        from ..data import DeviceLoader
 
         c = self.config
         x, y = getattr(self.data, f"{split}_x"), getattr(self.data, f"{split}_y")

@@ -64,11 +64,11 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ._checks import as_tensor, check_labels, check_nonnegative, check_positive, check_positive_int, reads_values
-from .train import CheckpointError, TrainConfig, Trainer
+from .._checks import as_tensor, check_labels, check_nonnegative, check_positive, check_positive_int, reads_values
+from .trainer import CheckpointError, TrainConfig, Trainer
 
 if TYPE_CHECKING:
-    from .data import DeviceLoader, Splits
+    from ..data import DeviceLoader, Splits
 
 __all__ = [
     "L2MetaTrainer",
@@ -196,16 +196,16 @@ def meta_objective(logits: Tensor, labels: Tensor, objective: str = "sece", *, b
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     if objective == "sece":
-        from .metrics import sece_loss
+        from ..metrics import sece_loss
 
         return sece_loss(torch.softmax(logits, dim=1), labels, bandwidth=bandwidth)
-    from .losses import dece_loss
+    from ..losses import dece_loss
 
     return dece_loss(logits, labels)
 
 
 def _focal(logits: Tensor, labels: Tensor, gamma: Tensor) -> Tensor:
-    from .losses import focal_loss
+    from ..losses import focal_loss
 
     return focal_loss(logits, labels, gamma=gamma, reduction="mean")
 
@@ -551,7 +551,7 @@ class MetaTrainer(Trainer):
         self._meta_iter: Iterator[tuple[Tensor, Tensor]] | None = None
 
     def _build_meta_loader(self) -> DeviceLoader:
-        from .data import DeviceLoader
+        from ..data import DeviceLoader
 
         c, d = self.config, self.data
         n = d.extra["meta_y"].shape[0]

@@ -21,8 +21,8 @@ import numpy as np
 import sympy as sp
 import torch
 
-from ._checks import ArrayLike
-from .theory import Derivation, _check_distribution, _check_gamma, _check_unit
+from .._checks import ArrayLike
+from ._derivation import Derivation, _check_distribution, _check_gamma, _check_unit
 
 __all__ = [
     "exp_inequality_proof",
@@ -140,7 +140,7 @@ def focal_bounds_one_hot(probs: ArrayLike, labels: ArrayLike, gamma: float) -> d
     """
     pt = _check_distribution(probs, "probs", positive=True)
     y = torch.as_tensor(labels)
-    from ._checks import check_labels
+    from .._checks import check_labels
 
     y = check_labels(y, pt.shape[0], pt.shape[1], "labels")
     g = _check_gamma(gamma)

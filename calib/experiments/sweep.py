@@ -61,7 +61,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from . import rundir
+from ..train import rundir
 
 __all__ = [
     "SweepError",
@@ -140,7 +140,7 @@ def _parse_items(text: str, spec: Any) -> dict[str, Any]:
 
 
 def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    from .train import TrainConfig
+    from ..train import TrainConfig
 
     known = set(TrainConfig.__dataclass_fields__) - set(_GRID_FIELDS)
     if bad := sorted(set(settings) - known):
@@ -174,7 +174,7 @@ def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
     The name must be in ``calib.losses.names()`` and the keywords must be ones that loss
     takes, with valid values (the loss is built once to check): otherwise :class:`SweepError`.
     """
-    from . import losses
+    from .. import losses
 
     if isinstance(spec, str):
         if "@" in spec:
@@ -266,7 +266,7 @@ def _as_list(value: str | Iterable[str], what: str) -> list[str]:
 
 
 def _seeds(seeds: Any, preset: str | None) -> list[int]:
-    from .presets import PAPER_SEEDS
+    from ..train.presets import PAPER_SEEDS
 
     if isinstance(seeds, str) and seeds.strip() == "paper":
         if preset not in PAPER_SEEDS:
@@ -297,9 +297,9 @@ def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "d
     In smoke mode (``CALIB_SMOKE=1``) only the first :data:`calib.profile.SMOKE_CAPS`
     ``["seeds"]`` seeds are kept: the same grid of losses, data and models, fewer repeats.
     """
-    from . import data as cdata
-    from . import models
-    from . import profile as _profile
+    from .. import data as cdata
+    from .. import models
+    from .. import profile as _profile
 
     if isinstance(losses, str) or (isinstance(losses, tuple) and len(losses) == 2
                                    and isinstance(losses[1], Mapping)):
@@ -327,8 +327,8 @@ def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "d
 
 def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
                  overrides: Mapping[str, Any]) -> Any:
-    from .presets import DEFAULT_PRESET
-    from .train import _TOY_DATA, TrainConfig
+    from ..train.presets import DEFAULT_PRESET
+    from ..train.trainer import _TOY_DATA, TrainConfig
 
     kw = dict(overrides)
     kw.update(dict(cell.settings))
@@ -342,7 +342,7 @@ def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
 
 
 def _check_overrides(overrides: Mapping[str, Any]) -> None:
-    from .train import TrainConfig
+    from ..train import TrainConfig
 
     known = {f for f in TrainConfig.__dataclass_fields__}
     if bad := sorted(set(overrides) - known):
@@ -389,7 +389,7 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
 
 def _holds_files(out: Path) -> bool:
     """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`)."""
-    from .rundir import LOCK_FILE
+    from ..train.rundir import LOCK_FILE
 
     return any(p.name != LOCK_FILE for p in out.iterdir())
 
@@ -437,7 +437,7 @@ def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
 
 def _data_for(cfg: Any) -> Any:
     """``calib.data.load`` once per process for each (data, root, split) triple."""
-    from . import data as cdata
+    from .. import data as cdata
 
     key = (cfg.data, cfg.data_root, cfg.split_seed, cfg.val_size, cfg.download)
     if key not in _DATA_CACHE:
@@ -450,7 +450,7 @@ def _data_for(cfg: Any) -> Any:
 
 
 def _finished(run_dir: Path) -> bool:
-    from .train import METRICS_FILE
+    from ..train import METRICS_FILE
 
     return (run_dir / METRICS_FILE).is_file()
 
@@ -458,12 +458,12 @@ def _finished(run_dir: Path) -> bool:
 def trainer_class(meta: str) -> type:
     """The trainer for ``TrainConfig.meta``: ``Trainer`` for ``"none"``, else
     ``calib.meta.MetaTrainer`` (which builds an ``L2MetaTrainer`` for ``"l2_reg"``)."""
-    from .train import Trainer
+    from ..train import Trainer
 
     if meta == "none":
         return Trainer
     try:
-        from .meta import MetaTrainer
+        from ..train.meta import MetaTrainer
     except ImportError as exc:
         raise SweepError(f"meta={meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
     return MetaTrainer
@@ -494,7 +494,7 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
 
 
 def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
-    from .train import METRICS_FILE, load_config, load_history
+    from ..train import METRICS_FILE, load_config, load_history
 
     m = json.loads((run_dir / METRICS_FILE).read_text())
     cfg = load_config(run_dir)
@@ -571,11 +571,11 @@ def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | 
     out = Path(out)
     _check_overrides(train_overrides)
     if profile is not None:
-        from .profile import PROFILES
+        from ..profile import PROFILES
 
         if profile not in PROFILES:
             raise SweepError(f"profile must be one of {PROFILES}, got {profile!r}")
-    from .presets import PRESETS
+    from ..train.presets import PRESETS
 
     if preset is not None and preset not in PRESETS:
         raise SweepError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
@@ -648,7 +648,7 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
-    from .train import _progress_enabled, _tqdm_class
+    from ..train.trainer import _progress_enabled, _tqdm_class
 
     show = progress and _progress_enabled(None)
     tqdm = _tqdm_class(show)

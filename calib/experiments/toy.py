@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from . import profile
-from ._checks import check_labels, check_positive_int, check_probs
+from .. import profile
+from .._checks import check_labels, check_positive_int, check_probs
 
 __all__ = [
     "PAPER_TOY_CORRELATION",
@@ -93,7 +93,7 @@ def pearson(a: Any, b: Any) -> float:
 
 
 def _weight_fns() -> dict[str, Callable[..., Tensor]]:
-    from . import uncertainty as u
+    from ..losses import uncertainty as u
 
     return {"FL": u.u_fl, "DFL": u.u_dfl, "gBS": u.u_gbs}
 
@@ -135,9 +135,9 @@ def train_toy_classifier(x: Tensor, y: Tensor, num_classes: int, *, hidden: int 
                          device: torch.device | str | None = None, depth: int = 1) -> torch.nn.Module:
     """A ReLU MLP with ``depth`` hidden layers of width ``hidden`` (``depth=1``: two linear
     layers, our reading of Lin et al. 2024, §4.3), trained with cross-entropy and Adam."""
-    from . import models
-    from .data import DeviceLoader
-    from .profile import device as default_device
+    from .. import models
+    from ..data import DeviceLoader
+    from ..profile import device as default_device
 
     dev = torch.device(device) if device is not None else default_device()
     torch.manual_seed(seed)
@@ -162,7 +162,7 @@ def toy_predictions(seed: int, n_train_per_class: int = 10000, n_test_per_class:
     Seed ``seed`` draws the five Gaussians, the training points and the initialisation;
     the test points come from the same Gaussians with seed ``seed + 1``.
     """
-    from .data import gaussian_mixture
+    from ..data import gaussian_mixture
 
     train = gaussian_mixture(n_train_per_class, num_classes=5, dim=2, low=-10, high=10, scale=1.0, seed=seed)
     test = train.sample(n_test_per_class, seed=seed + 1)  # fresh points from the same five Gaussians

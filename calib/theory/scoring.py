@@ -27,8 +27,8 @@ import sympy as sp
 import torch
 from scipy import optimize
 
-from ._checks import ArrayLike, check_positive_int
-from .theory import Derivation, _check_distribution, _check_gamma
+from .._checks import ArrayLike, check_positive_int
+from ._derivation import Derivation, _check_distribution, _check_gamma
 
 __all__ = [
     "murphy_decomposition_proof",
@@ -130,7 +130,7 @@ def known_posterior_decomposition(probs: ArrayLike, eta: ArrayLike, n_bins: int 
 
     Returns floats and the float64 ``forecast`` tensor.
     """
-    from .metrics import forecast_groups
+    from ..metrics import forecast_groups
 
     p = _check_distribution(probs, "probs")
     e = _check_distribution(eta, "eta")

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._checks import check_labels, check_logits, check_positive_int
+from .._checks import check_labels, check_logits, check_positive_int
 
 __all__ = [
     "CONFIG_FILE",
@@ -152,7 +152,7 @@ def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method
     ``post_ts`` and ``temperature``. ``selected_epoch`` (from the record) says which epoch's
     weights produced the logits.
     """
-    from . import metrics, posthoc
+    from .. import metrics, posthoc
 
     check_positive_int(n_bins, "n_bins")
     if ts_method not in TS_METHODS:
@@ -209,7 +209,7 @@ def split_stats(logits: Tensor, labels: Tensor, n_bins: int = 15) -> dict[str, f
     ``H(p̂) = -Σ_k p̂_k log p̂_k``. Groups with no member (e.g. no wrong prediction) give None.
     ECE is :func:`calib.metrics.ece` with ``n_bins`` equal-width bins.
     """
-    from . import metrics
+    from .. import metrics
 
     g = check_logits(logits, "logits").float()
     y = check_labels(labels, g.shape[0], g.shape[1]).to(g.device)

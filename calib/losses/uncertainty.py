@@ -33,7 +33,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from ._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs, reads_values
+from .._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs, reads_values
 
 __all__ = [
     "SUPPORTS",

@@ -28,8 +28,9 @@ import numpy as np
 import sympy as sp
 import torch
 
-from ._checks import ArrayLike, check_positive, check_positive_int
-from .theory import Derivation, WeightFn, _check_distribution, _weights_per_class, gra_weight
+from .._checks import ArrayLike, check_positive, check_positive_int
+from ._derivation import Derivation, WeightFn, _check_distribution
+from .gra import _weights_per_class, gra_weight
 
 __all__ = [
     "gra_field",
@@ -134,7 +135,7 @@ def fixed_point_eigenvalues(eta: ArrayLike, weight: WeightFn | str, **weight_kwa
     basis of ``{v : sum v = 0}``. Gradient descent on the logits is locally stable at the
     fixed point when all real parts are positive. Returns a complex ``(K - 1,)`` array.
     """
-    from .theory import gra_fixed_point
+    from .gra import gra_fixed_point
 
     et = _eta(eta)
     q = gra_fixed_point(et, weight, **weight_kwargs)
