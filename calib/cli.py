@@ -374,9 +374,8 @@ def _result_warnings(metrics: dict[str, Any], num_classes: int | None, config: A
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Build the config and trainer (bad input: exit 2), train, print the headline numbers."""
-    from .train import rundir
     from .data import DownloadError
-    from .train import CheckpointError, TrainingDiverged, TrainingInterrupted
+    from .train import CheckpointError, TrainingDiverged, TrainingInterrupted, rundir
 
     sub = args.subparser
     try:
@@ -426,8 +425,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _claim(out: Any, config: Any, args: argparse.Namespace) -> None:
     """Check that ``out`` is this run's to write (calib.rundir.check_owner); clear it for --overwrite."""
-    from .train import rundir
-    from .train import TrainConfig
+    from .train import TrainConfig, rundir
 
     state = rundir.check_owner(out, config.identity(), identity_of=lambda d: TrainConfig.from_dict(d).identity(),
                                resume=args.resume, overwrite=args.overwrite)

@@ -1,6 +1,6 @@
 """The sweep runner: losses x seeds (x datasets x models) -> run directories and tables.
 
->>> from calib import sweep as sw
+>>> from calib.experiments import sweep as sw
 >>> grid = ["ce", "focal:gamma=3", ("bsce_gra", {"gamma": 4, "norm": 2})]
 >>> res = sw.sweep("runs/ch11", losses=grid, seeds=[0, 1, 2],
 ...                data="digits", model="mlp", epochs=30)  # doctest: +SKIP
@@ -42,19 +42,17 @@ after ``@`` (``"ce@mixup_alpha=1"``, ``"ce@meta=l2_reg,meta_objective=dece"``, o
 Wang & Golebiowski (2024) Table 1 (mixup, meta-learned baselines). They fill the ``settings``
 column; any :class:`calib.train.TrainConfig` field other than the grid's own may be set.
 
-Seeds: ``seeds="paper"`` uses the seeds of the preset's paper (:data:`calib.presets.PAPER_SEEDS`;
+Seeds: ``seeds="paper"`` uses the seeds of the preset's paper (:data:`calib.train.presets.PAPER_SEEDS`;
 Lin et al. (2024): 1, 42, 71).
+
+The grid (:mod:`calib.experiments.grid`) and the tables (:mod:`calib.experiments.results`) live
+beside the runner; their public names are re-exported here.
 """
 from __future__ import annotations
 
 import contextlib
-import csv
-import io
 import json
-import math
 import os
-import re
-import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -62,6 +60,21 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..train import rundir
+from .grid import _GRID_FIELDS, Cell, SweepError, format_loss_kwargs, grid_cells, parse_loss, parse_method, parse_shard
+from .results import (
+    METRICS,
+    RESULT_COLUMNS,
+    RESULTS_FILE,
+    SUMMARY_CSV,
+    SUMMARY_KEYS,
+    SUMMARY_MD,
+    SUMMARY_METRICS,
+    _atomic_text,
+    _csv_text,
+    load_results,
+    summarize,
+    summary_markdown,
+)
 
 __all__ = [
     "SweepError",
@@ -85,244 +98,21 @@ __all__ = [
     "summary_markdown",
 ]
 
+
 MANIFEST_FILE = "sweep.json"
-RESULTS_FILE = "results.csv"
-SUMMARY_CSV = "summary.csv"
-SUMMARY_MD = "summary.md"
+
+
+
 RUNS_DIR = "runs"
+
+
+
 MANIFEST_FORMAT = 1
 
-METRICS = ("accuracy", "nll", "brier", "ece", "adaece", "classwise_ece", "mce")
-SUMMARY_KEYS = ("data", "model", "loss", "loss_kwargs", "settings")
-RESULT_COLUMNS = (
-    "data", "model", "loss", "loss_kwargs", "settings", "seed",
-    *METRICS, *(f"{m}_ts" for m in METRICS),
-    "temperature", "ts_method", "temperature_nll", "temperature_grid", "ece_ts_nll", "ece_ts_grid",
-    "select", "selected_epoch", "epochs", "seconds",
-)
-# numeric columns averaged by summarize() (seed and the bookkeeping columns excluded)
-SUMMARY_METRICS = (*METRICS, *(f"{m}_ts" for m in METRICS), "temperature", "temperature_nll",
-                   "temperature_grid", "ece_ts_nll", "ece_ts_grid", "selected_epoch", "seconds")
-_PERCENT = {"accuracy", "ece", "adaece", "classwise_ece", "mce"}
-_GRID_FIELDS = ("data", "model", "loss", "loss_kwargs", "seed", "out")
+
+
 _DATA_CACHE: dict[tuple, Any] = {}
 
-
-class SweepError(ValueError):
-    """A sweep that cannot run: a bad grid, or a directory that belongs to another sweep."""
-
-
-# ----------------------------------------------------------------------------- the grid
-
-
-def _parse_value(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except json.JSONDecodeError:
-        return raw
-
-
-def _normal(value: Any) -> Any:
-    """Integral floats as ints, so ``gamma=3`` and ``{"gamma": 3.0}`` name the same cell."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return int(value)
-    return value
-
-
-def _parse_items(text: str, spec: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        key, eq, raw = item.partition("=")
-        if not eq or not key.strip().isidentifier():
-            raise SweepError(f"loss {spec!r}: expected NAME[:key=value,...][@field=value,...], got item {item!r}")
-        out[key.strip()] = _parse_value(raw.strip())
-    return out
-
-
-def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
-    from ..train import TrainConfig
-
-    known = set(TrainConfig.__dataclass_fields__) - set(_GRID_FIELDS)
-    if bad := sorted(set(settings) - known):
-        raise SweepError(f"loss {spec!r}: {', '.join(bad)} is not a training setting a cell may change "
-                         f"(TrainConfig fields other than {', '.join(_GRID_FIELDS)})")
-    return {str(k): _normal(v) for k, v in sorted(settings.items())}
-
-
-def parse_method(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """``"ce@mixup_alpha=1"`` -> ``("ce", {}, {"mixup_alpha": 1})``: a loss plus per-cell training settings.
-
-    Also ``(name, kwargs)`` and ``(name, kwargs, settings)``. The loss part is checked by
-    :func:`parse_loss`; the settings must be :class:`calib.train.TrainConfig` fields (their
-    values are checked when the cells' configurations are built).
-    """
-    if isinstance(spec, str):
-        loss_part, _, settings_part = spec.partition("@")
-        name, kwargs = parse_loss(loss_part)
-        return name, kwargs, _check_settings(_parse_items(settings_part, spec), spec)
-    if isinstance(spec, (tuple, list)) and len(spec) == 3 and isinstance(spec[2], Mapping):
-        name, kwargs = parse_loss((spec[0], spec[1]))
-        return name, kwargs, _check_settings(dict(spec[2]), spec)
-    name, kwargs = parse_loss(spec)
-    return name, kwargs, {}
-
-
-def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
-    """``"focal:gamma=3"`` -> ``("focal", {"gamma": 3})``; also ``"ce"`` and ``("focal", {"gamma": 3})``.
-
-    Values are read as JSON where they parse (numbers, true/false), else kept as strings.
-    The name must be in ``calib.losses.names()`` and the keywords must be ones that loss
-    takes, with valid values (the loss is built once to check): otherwise :class:`SweepError`.
-    """
-    from .. import losses
-
-    if isinstance(spec, str):
-        if "@" in spec:
-            raise SweepError(f"loss {spec!r} carries training settings after '@': read it with parse_method")
-        name, _, rest = spec.partition(":")
-        kwargs: dict[str, Any] = _parse_items(rest, spec)
-    elif isinstance(spec, (tuple, list)) and len(spec) == 2 and isinstance(spec[1], Mapping):
-        name, kwargs = spec[0], dict(spec[1])
-    else:
-        raise SweepError(f"loss must be 'NAME', 'NAME:key=value,...' or (NAME, {{kwargs}}), got {spec!r}")
-    if not isinstance(name, str) or not name.strip():
-        raise SweepError(f"loss {spec!r}: the name must be a non-empty string")
-    name = name.strip()
-    if name not in losses.names():
-        raise SweepError(f"loss {name!r} is not a loss; choose one of {', '.join(losses.names())}")
-    kwargs = {str(k): _normal(v) for k, v in sorted(kwargs.items())}
-    try:
-        losses.make(name, **kwargs)
-    except (TypeError, ValueError) as exc:
-        raise SweepError(f"loss {spec!r}: {exc}") from None
-    return name, kwargs
-
-
-def format_loss_kwargs(kwargs: Mapping[str, Any]) -> str:
-    """``{"gamma": 4, "norm": 2}`` -> ``"gamma=4,norm=2"`` (the CLI syntax; ``""`` for none)."""
-    return ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(kwargs.items()))
-
-
-def parse_shard(shard: str | Sequence[int] | None) -> tuple[int, int] | None:
-    """``"2/4"`` or ``(2, 4)`` -> ``(2, 4)``: shard ``i`` of ``n``, 1 <= i <= n."""
-    if shard is None:
-        return None
-    try:
-        if isinstance(shard, str):
-            i_text, slash, n_text = shard.partition("/")
-            if not slash:
-                raise ValueError
-            i, n = int(i_text), int(n_text)
-        else:
-            i, n = (int(v) for v in shard)
-    except (TypeError, ValueError):
-        raise SweepError(f"shard must be I/N with integers 1 <= I <= N, got {shard!r}") from None
-    if not 1 <= i <= n:
-        raise SweepError(f"shard must be I/N with 1 <= I <= N, got {i}/{n}")
-    return i, n
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=,+@-]", "_", text)
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One run of the grid."""
-
-    data: str
-    model: str
-    loss: str
-    loss_kwargs: tuple[tuple[str, Any], ...]
-    seed: int
-    settings: tuple[tuple[str, Any], ...] = ()
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        return dict(self.loss_kwargs)
-
-    @property
-    def method(self) -> tuple:
-        """What the summary groups by: (data, model, loss, loss_kwargs, settings) as text."""
-        return (self.data, self.model, self.loss, format_loss_kwargs(self.kwargs),
-                format_loss_kwargs(dict(self.settings)))
-
-    @property
-    def name(self) -> str:
-        """Directory name under ``runs/``, e.g. ``digits__mlp__focal-gamma=3__s0``, ``..__ce@mixup_alpha=1__s0``."""
-        kw = format_loss_kwargs(self.kwargs)
-        loss = f"{self.loss}-{kw}" if kw else self.loss
-        if self.settings:
-            loss += "@" + format_loss_kwargs(dict(self.settings))
-        return _slug(f"{self.data}__{self.model}__{loss}__s{self.seed}")
-
-
-def _as_list(value: str | Iterable[str], what: str) -> list[str]:
-    items = [value] if isinstance(value, str) else list(value)
-    items = [v.strip() for item in items for v in str(item).split(",") if v.strip()]
-    if not items:
-        raise SweepError(f"{what} must name at least one {what}")
-    return list(dict.fromkeys(items))
-
-
-def _seeds(seeds: Any, preset: str | None) -> list[int]:
-    from ..train.presets import PAPER_SEEDS
-
-    if isinstance(seeds, str) and seeds.strip() == "paper":
-        if preset not in PAPER_SEEDS:
-            raise SweepError(f"seeds='paper' needs a preset whose paper states its seeds: one of "
-                             f"{sorted(PAPER_SEEDS)}, got preset {preset!r}")
-        return list(PAPER_SEEDS[preset])
-    if isinstance(seeds, str):
-        seeds = [s for s in seeds.split(",") if s.strip()]
-    elif isinstance(seeds, int):
-        seeds = [seeds]
-    try:
-        out = [int(s) for s in seeds]
-    except (TypeError, ValueError):
-        raise SweepError(f"seeds must be integers >= 0 such as 0,1,2, got {seeds!r}") from None
-    if not out:
-        raise SweepError("seeds is empty: give at least one seed, e.g. seeds=[0, 1, 2] (CLI: --seeds 0,1,2)")
-    if any(s < 0 for s in out) or any(isinstance(s, bool) for s in seeds):
-        raise SweepError(f"seeds must be integers >= 0, got {seeds!r}")
-    if len(set(out)) != len(out):
-        raise SweepError(f"seeds must not repeat, got {out}")
-    return out
-
-
-def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
-               model: str | Iterable[str] = "mlp", preset: str | None = None) -> list[Cell]:
-    """The cells of the grid in its fixed order: data, then model, then loss, then seed.
-
-    In smoke mode (``CALIB_SMOKE=1``) only the first :data:`calib.profile.SMOKE_CAPS`
-    ``["seeds"]`` seeds are kept: the same grid of losses, data and models, fewer repeats.
-    """
-    from .. import data as cdata
-    from .. import models
-    from .. import profile as _profile
-
-    if isinstance(losses, str) or (isinstance(losses, tuple) and len(losses) == 2
-                                   and isinstance(losses[1], Mapping)):
-        losses = [losses]  # one loss given bare
-    parsed = [parse_method(s) for s in losses]
-    if not parsed:
-        raise SweepError("losses is empty: give at least one loss (CLI: --loss NAME[:key=value,...])")
-    keys = [(n, format_loss_kwargs(k), format_loss_kwargs(t)) for n, k, t in parsed]
-    if dup := [f"{n}:{k}@{t}" for n, k, t in keys if keys.count((n, k, t)) > 1]:
-        raise SweepError(f"loss listed twice: {dup[0]}")
-    datas, model_names = _as_list(data, "data"), _as_list(model, "model")
-    if bad := [d for d in datas if d not in cdata.datasets()]:
-        raise SweepError(f"data {bad[0]!r} is not a dataset; choose one of {', '.join(cdata.datasets())}")
-    if bad := [m for m in model_names if m not in models.names()]:
-        raise SweepError(f"model {bad[0]!r} is not a model; choose one of {', '.join(models.names())}")
-    seed_list = _seeds(seeds, preset)
-    # CALIB_SMOKE=1: the first SMOKE_CAPS["seeds"] seeds only (every loss, data and model kept)
-    seed_list = seed_list[:_profile.smoke_cap("seeds", len(seed_list))]
-    return [Cell(d, m, n, tuple(sorted(k.items())), s, tuple(sorted(t.items())))
-            for d in datas for m in model_names for n, k, t in parsed for s in seed_list]
-
-
-# ----------------------------------------------------------------------------- configs and manifest
 
 
 def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
@@ -341,6 +131,7 @@ def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
     return TrainConfig.from_preset(preset or DEFAULT_PRESET.get(cell.data, "cifar"), profile, **kw)
 
 
+
 def _check_overrides(overrides: Mapping[str, Any]) -> None:
     from ..train import TrainConfig
 
@@ -351,6 +142,7 @@ def _check_overrides(overrides: Mapping[str, Any]) -> None:
     if fixed := sorted(set(overrides) & set(_GRID_FIELDS)):
         raise SweepError(f"{', '.join(fixed)} are set by the sweep itself (losses=, seeds=, data=, model=, "
                          "out as the first argument), not as training settings")
+
 
 
 def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
@@ -367,6 +159,7 @@ def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
             "losses": methods(), "seeds": list(dict.fromkeys(c.seed for c in cells))}
     runs = {cell.name: cfg.identity() for cell, cfg in zip(cells, configs)}
     return {"format": MANIFEST_FORMAT, "grid": grid, "cells": [c.name for c in cells], "runs": runs}
+
 
 
 def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
@@ -387,11 +180,13 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
     return None
 
 
+
 def _holds_files(out: Path) -> bool:
     """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`)."""
     from ..train.rundir import LOCK_FILE
 
     return any(p.name != LOCK_FILE for p in out.iterdir())
+
 
 
 def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
@@ -408,6 +203,7 @@ def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
     elif out.exists() and (not out.is_dir() or _holds_files(out)):
         raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
                          "directory; choose another one")
+
 
 
 def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
@@ -432,8 +228,6 @@ def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
         tmp.unlink()
 
 
-# ----------------------------------------------------------------------------- running
-
 
 def _data_for(cfg: Any) -> Any:
     """``calib.data.load`` once per process for each (data, root, split) triple."""
@@ -449,10 +243,12 @@ def _data_for(cfg: Any) -> Any:
     return _DATA_CACHE[key]
 
 
+
 def _finished(run_dir: Path) -> bool:
     from ..train import METRICS_FILE
 
     return (run_dir / METRICS_FILE).is_file()
+
 
 
 def trainer_class(meta: str) -> type:
@@ -469,8 +265,10 @@ def trainer_class(meta: str) -> type:
     return MetaTrainer
 
 
+
 def _run_cell(cfg: Any) -> None:
     trainer_class(cfg.meta)(cfg, data=_data_for(cfg)).fit(resume=True)
+
 
 
 def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int]) -> None:
@@ -493,6 +291,7 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
             raise SweepError(f"cell {cell.name}: {exc}") from None
 
 
+
 def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
     from ..train import METRICS_FILE, load_config, load_history
 
@@ -513,6 +312,7 @@ def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
                select=cfg.select, selected_epoch=m.get("selected_epoch", len(history)), epochs=cfg.epochs,
                seconds=sum(float(h.get("seconds", 0.0)) for h in history))
     return row
+
 
 
 @dataclass
@@ -549,6 +349,7 @@ class SweepResult:
         return pd.DataFrame(self.rows if which == "rows" else self.summary)
 
 
+
 def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], status: str) -> str:
     kw = format_loss_kwargs(cell.kwargs)
     loss = f"{cell.loss}:{kw}" if kw else cell.loss
@@ -557,6 +358,7 @@ def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], statu
     return (f"[{i}/{total}] {cell.data} {cell.model} {loss} seed {cell.seed}: acc {100 * row['accuracy']:.2f}% "
             f"ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% (T {row['temperature']:.2f}) "
             f"{status}")
+
 
 
 def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
@@ -586,6 +388,7 @@ def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | 
         raise SweepError(f"bad training setting: {exc}") from None
 
 
+
 def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
     """A short text: how many runs and epochs, and the protocol of the cells (from their configs)."""
     cfgs = [cfg for _, cfg in planned]
@@ -597,6 +400,7 @@ def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
         lines.append(f"  {k}: {' | '.join(values)}")
     lines.append("  runs: " + ", ".join(c.name for c, _ in planned[:4]) + (" ..." if len(planned) > 4 else ""))
     return "\n".join(lines)
+
 
 
 def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
@@ -646,6 +450,7 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
         return _collect(out, cells, trained)
 
 
+
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
     from ..train.trainer import _progress_enabled, _tqdm_class
@@ -671,6 +476,7 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
     return trained
 
 
+
 def _collect(out: Path, cells: Sequence[Cell], trained: list[str]) -> SweepResult:
     rows, missing = [], []
     for cell in cells:
@@ -685,91 +491,3 @@ def _collect(out: Path, cells: Sequence[Cell], trained: list[str]) -> SweepResul
     _atomic_text(out / SUMMARY_CSV, _csv_text(summary, summary_cols))
     _atomic_text(out / SUMMARY_MD, summary_markdown(summary, missing=len(missing)))
     return SweepResult(out=out, rows=rows, summary=summary, missing=missing, trained=trained)
-
-
-# ----------------------------------------------------------------------------- tables
-
-
-def _atomic_text(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
-
-
-def _csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
-    buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: "" if row.get(k) is None else (repr(row[k]) if isinstance(row[k], float) else row[k])
-                         for k in columns})
-    return buf.getvalue()
-
-
-def _from_csv(value: str, column: str) -> Any:
-    if column in ("data", "model", "loss", "loss_kwargs", "settings", "ts_method", "select"):
-        return value
-    if value == "":
-        return None
-    if column in ("seed", "selected_epoch", "epochs", "n"):
-        return int(value)
-    return float(value)
-
-
-def load_results(out: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of ``out/results.csv`` with numbers as numbers (floats exactly as written)."""
-    path = Path(out) / RESULTS_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: is {out} a sweep directory that has finished a run?")
-    with open(path, newline="") as fh:
-        return [{k: _from_csv(v, k) for k, v in row.items()} for row in csv.DictReader(fh)]
-
-
-def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Mean and sample standard deviation (n - 1; 0 for one run) per (data, model, loss, loss_kwargs, settings).
-
-    Groups keep the order in which they first appear. Each summary row holds the group keys,
-    ``n`` (runs) and ``<metric>_mean`` / ``<metric>_std`` for every metric of :data:`SUMMARY_METRICS`
-    the rows have.
-    """
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
-    for row in rows:
-        groups.setdefault(tuple(row.get(k, "") for k in SUMMARY_KEYS), []).append(row)
-    out = []
-    for key, members in groups.items():
-        s: dict[str, Any] = dict(zip(SUMMARY_KEYS, key))
-        s["n"] = len(members)
-        for m in SUMMARY_METRICS:
-            vals = [float(r[m]) for r in members if r.get(m) is not None]
-            if not vals:
-                continue
-            s[f"{m}_mean"] = statistics.fmean(vals)
-            s[f"{m}_std"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        out.append(s)
-    return out
-
-
-_MD_COLUMNS = (("accuracy", "accuracy (%)"), ("nll", "NLL"), ("brier", "Brier"), ("ece", "ECE (%)"),
-               ("ece_ts", "ECE after TS (%)"), ("adaece", "AdaECE (%)"), ("classwise_ece", "classwise ECE (%)"),
-               ("mce", "MCE (%)"), ("temperature", "T"))
-
-
-def summary_markdown(summary: Sequence[Mapping[str, Any]], *, missing: int = 0) -> str:
-    """``summary`` as a Markdown table of "mean ± std" (accuracy and calibration errors in %)."""
-    head = ["data", "model", "loss", "n", *(label for _, label in _MD_COLUMNS)]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for s in summary:
-        loss = f"{s['loss']} ({s['loss_kwargs']})" if s["loss_kwargs"] else s["loss"]
-        if s.get("settings"):
-            loss += f" @ {s['settings']}"
-        cells = [s["data"], s["model"], loss, str(s["n"])]
-        for key, _ in _MD_COLUMNS:
-            base = key[:-3] if key.endswith("_ts") else key
-            scale = 100.0 if base in _PERCENT else 1.0
-            if f"{key}_mean" not in s:
-                cells.append("")
-                continue
-            cells.append(f"{scale * s[f'{key}_mean']:.2f} ± {scale * s[f'{key}_std']:.2f}")
-        lines.append("| " + " | ".join(cells) + " |")
-    note = f"\n{missing} run(s) of the grid not finished yet.\n" if missing else ""
-    return "\n".join(lines) + "\n" + note

@@ -40,9 +40,26 @@ from .batch import ce_dece_loss, ce_sece_loss, dece, dece_loss, mmce, mmce_loss,
 from .focal import bsce_loss, dual_focal_loss, flsd53_loss, focal_loss, inverse_focal_loss
 from .gra import bsce_gra_loss, dual_focal_gra_loss, flsd53_gra_loss, focal_gra_loss, uncertainty_gra
 from .modules import (
-    BrierLoss, BSCEGRALoss, BSCELoss, CEDECELoss, CELoss, CESECELoss, DECELoss, DualFocalGRALoss, DualFocalLoss,
-    EntropyRegLoss, FLSD53GRALoss, FLSD53Loss, FocalGRALoss, FocalLoss, InverseFocalLoss, LabelSmoothingLoss,
-    LogitNormLoss, MMCELoss, SECELoss, UncertaintyGRALoss,
+    BrierLoss,
+    BSCEGRALoss,
+    BSCELoss,
+    CEDECELoss,
+    CELoss,
+    CESECELoss,
+    DECELoss,
+    DualFocalGRALoss,
+    DualFocalLoss,
+    EntropyRegLoss,
+    FLSD53GRALoss,
+    FLSD53Loss,
+    FocalGRALoss,
+    FocalLoss,
+    InverseFocalLoss,
+    LabelSmoothingLoss,
+    LogitNormLoss,
+    MMCELoss,
+    SECELoss,
+    UncertaintyGRALoss,
 )
 from .registry import functional, is_batch_level, make, names, true_logit_response
 from .regularisers import brier_loss, cross_entropy, entropy_reg_loss, label_smoothing_loss, logit_norm_loss

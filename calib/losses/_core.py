@@ -8,9 +8,11 @@ import torch
 from torch import Tensor
 
 from .._checks import (
-    ArrayLike, check_labels, check_logits, check_nonnegative,
+    ArrayLike,
+    check_labels,
+    check_logits,
+    check_nonnegative,
 )
-
 
 Reduction = Literal["mean", "sum", "none"]
 

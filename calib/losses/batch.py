@@ -10,10 +10,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import (
-    ArrayLike, check_nonnegative, check_positive, check_positive_int,
+    ArrayLike,
+    check_nonnegative,
+    check_positive,
+    check_positive_int,
 )
-from ._core import Reduction, _prepare, _full_precision, _reduce, _reduce_batch
-
+from ._core import Reduction, _full_precision, _prepare, _reduce, _reduce_batch
 
 # =========================================================================== MMCE
 MMCE_NORMALIZATIONS = ("paper", "code")

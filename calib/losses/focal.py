@@ -4,17 +4,17 @@ The weight ``u`` is differentiated through (loss weighting; Lin et al. (2024), Â
 ``*_gra`` twins in :mod:`calib.losses.gra` detach it."""
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import (
-    ArrayLike, check_nonnegative,
+    ArrayLike,
+    check_nonnegative,
 )
 from . import uncertainty as _u
+from ._core import Reduction, _ce, _check_unit, _full_precision, _prepare, _reduce
 from .uncertainty import Gamma, check_gamma
-from ._core import Reduction, _check_unit, _prepare, _full_precision, _reduce, _ce
 
 
 # =========================================================================== focal family

@@ -9,11 +9,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import (
-    ArrayLike, check_nonnegative, reads_values,
+    ArrayLike,
+    check_nonnegative,
+    reads_values,
 )
 from . import uncertainty as _u
+from ._core import Reduction, WeightFn, _ce, _check_unit, _full_precision, _prepare, _reduce
 from .uncertainty import Gamma, check_gamma
-from ._core import Reduction, WeightFn, _check_unit, _prepare, _full_precision, _reduce, _ce
 
 
 # =========================================================================== gradient weighting (GRA)

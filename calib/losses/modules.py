@@ -6,15 +6,16 @@ from typing import Callable
 from torch import Tensor, nn
 
 from .._checks import (
-    check_nonnegative, check_positive,
+    check_nonnegative,
+    check_positive,
 )
 from . import uncertainty as _u
-from .uncertainty import Gamma
 from ._core import Reduction, WeightFn, _check_reduction, _check_unit
-from .regularisers import cross_entropy, label_smoothing_loss, logit_norm_loss, entropy_reg_loss, brier_loss
-from .focal import focal_loss, flsd53_loss, dual_focal_loss, inverse_focal_loss, bsce_loss
-from .gra import focal_gra_loss, flsd53_gra_loss, dual_focal_gra_loss, bsce_gra_loss, uncertainty_gra
-from .batch import _check_normalization, mmce_loss, _check_dece, dece_loss, ce_dece_loss, sece_loss, ce_sece_loss
+from .batch import _check_dece, _check_normalization, ce_dece_loss, ce_sece_loss, dece_loss, mmce_loss, sece_loss
+from .focal import bsce_loss, dual_focal_loss, flsd53_loss, focal_loss, inverse_focal_loss
+from .gra import bsce_gra_loss, dual_focal_gra_loss, flsd53_gra_loss, focal_gra_loss, uncertainty_gra
+from .regularisers import brier_loss, cross_entropy, entropy_reg_loss, label_smoothing_loss, logit_norm_loss
+from .uncertainty import Gamma
 
 
 # =========================================================================== modules

@@ -8,14 +8,34 @@ import torch
 from torch import Tensor, nn
 
 from .._checks import (
-    ArrayLike, check_positive_int,
+    ArrayLike,
+    check_positive_int,
 )
-from .regularisers import cross_entropy, label_smoothing_loss, logit_norm_loss, entropy_reg_loss, brier_loss
-from .focal import focal_loss, flsd53_loss, dual_focal_loss, inverse_focal_loss, bsce_loss
-from .gra import focal_gra_loss, flsd53_gra_loss, dual_focal_gra_loss, bsce_gra_loss
-from .batch import mmce_loss, dece_loss, ce_dece_loss, sece_loss, ce_sece_loss
-from .modules import CELoss, LabelSmoothingLoss, LogitNormLoss, EntropyRegLoss, BrierLoss, MMCELoss, FocalLoss, FLSD53Loss, DualFocalLoss, InverseFocalLoss, BSCELoss, FocalGRALoss, FLSD53GRALoss, DualFocalGRALoss, BSCEGRALoss, DECELoss, CEDECELoss, SECELoss, CESECELoss
-
+from .batch import ce_dece_loss, ce_sece_loss, dece_loss, mmce_loss, sece_loss
+from .focal import bsce_loss, dual_focal_loss, flsd53_loss, focal_loss, inverse_focal_loss
+from .gra import bsce_gra_loss, dual_focal_gra_loss, flsd53_gra_loss, focal_gra_loss
+from .modules import (
+    BrierLoss,
+    BSCEGRALoss,
+    BSCELoss,
+    CEDECELoss,
+    CELoss,
+    CESECELoss,
+    DECELoss,
+    DualFocalGRALoss,
+    DualFocalLoss,
+    EntropyRegLoss,
+    FLSD53GRALoss,
+    FLSD53Loss,
+    FocalGRALoss,
+    FocalLoss,
+    InverseFocalLoss,
+    LabelSmoothingLoss,
+    LogitNormLoss,
+    MMCELoss,
+    SECELoss,
+)
+from .regularisers import brier_loss, cross_entropy, entropy_reg_loss, label_smoothing_loss, logit_norm_loss
 
 # =========================================================================== registry
 _REGISTRY: dict[str, tuple[Callable[..., Tensor], type[nn.Module]]] = {

@@ -8,10 +8,11 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .._checks import (
-    ArrayLike, check_nonnegative,
+    ArrayLike,
+    check_nonnegative,
 )
 from . import uncertainty as _u
-from ._core import Reduction, _check_unit, _prepare, _full_precision, _reduce, _ce
+from ._core import Reduction, _ce, _check_unit, _full_precision, _prepare, _reduce
 
 
 # =========================================================================== CE and regularisers

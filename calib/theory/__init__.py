@@ -29,10 +29,47 @@ Lambert W), ``brier`` and ``scoring`` (Brier identity, decompositions, propernes
 """
 from . import focal_bounds, gra_field, scoring
 from ._derivation import Derivation
-from .focal import (bernoulli_inequality_proof, bernoulli_gap, entropy, kl_divergence, focal_bound_chain, binary_focal_objective, binary_focal_stationarity, binary_focal_optimum)
-from .gradient import (gradient_factor_derivation, gradient_factor, gradient_factor_slope, gradient_factor_peak, gradient_factor_unit_crossing, true_logit_push_peak, gradient_ratio, lambert_gamma_derivation, lambert_gamma, flsd53_gamma)
-from .brier import (brier_identity, brier_identity_coordinate, brier_identity_indexed, expected_brier, brier_decomposition, monte_carlo_brier)
-from .gra import (paper_lagrangian_optimum, gra_fixed_point_derivation, binary_gra_fixed_point_derivation, gra_weight, gra_label_weights, gra_fixed_point, fit_constant_logits, fit_linear_logits, simplex_slice)
-from .smoothing import temperature_sharpening_proof, top_probability, label_smoothing_identity
+from .brier import (
+    brier_decomposition,
+    brier_identity,
+    brier_identity_coordinate,
+    brier_identity_indexed,
+    expected_brier,
+    monte_carlo_brier,
+)
+from .focal import (
+    bernoulli_gap,
+    bernoulli_inequality_proof,
+    binary_focal_objective,
+    binary_focal_optimum,
+    binary_focal_stationarity,
+    entropy,
+    focal_bound_chain,
+    kl_divergence,
+)
+from .gra import (
+    binary_gra_fixed_point_derivation,
+    fit_constant_logits,
+    fit_linear_logits,
+    gra_fixed_point,
+    gra_fixed_point_derivation,
+    gra_label_weights,
+    gra_weight,
+    paper_lagrangian_optimum,
+    simplex_slice,
+)
+from .gradient import (
+    flsd53_gamma,
+    gradient_factor,
+    gradient_factor_derivation,
+    gradient_factor_peak,
+    gradient_factor_slope,
+    gradient_factor_unit_crossing,
+    gradient_ratio,
+    lambert_gamma,
+    lambert_gamma_derivation,
+    true_logit_push_peak,
+)
+from .smoothing import label_smoothing_identity, temperature_sharpening_proof, top_probability
 
 __all__ = ["focal_bounds", "gra_field", "scoring", "Derivation", "bernoulli_inequality_proof", "bernoulli_gap", "entropy", "kl_divergence", "focal_bound_chain", "binary_focal_objective", "binary_focal_stationarity", "binary_focal_optimum", "gradient_factor_derivation", "gradient_factor", "gradient_factor_slope", "gradient_factor_peak", "gradient_factor_unit_crossing", "true_logit_push_peak", "gradient_ratio", "lambert_gamma_derivation", "lambert_gamma", "flsd53_gamma", "brier_identity", "brier_identity_coordinate", "brier_identity_indexed", "expected_brier", "brier_decomposition", "monte_carlo_brier", "paper_lagrangian_optimum", "gra_fixed_point_derivation", "binary_gra_fixed_point_derivation", "gra_weight", "gra_label_weights", "gra_fixed_point", "fit_constant_logits", "fit_linear_logits", "simplex_slice", "temperature_sharpening_proof", "top_probability", "label_smoothing_identity"]

@@ -10,7 +10,6 @@ import torch
 
 from .._checks import ArrayLike, as_tensor, check_nonnegative, check_probs
 
-
 WeightFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 

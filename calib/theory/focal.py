@@ -6,14 +6,13 @@ optimum of Mukhoti et al. (2020, Fig. A.1), which is the evidence that focal los
 less confident predictions for non-degenerate targets."""
 from __future__ import annotations
 
-
 import numpy as np
 import sympy as sp
 import torch
 from scipy import optimize
 
 from .._checks import ArrayLike
-from ._derivation import Derivation, _check_gamma, _check_unit, _check_distribution
+from ._derivation import Derivation, _check_distribution, _check_gamma, _check_unit
 
 
 def bernoulli_inequality_proof() -> Derivation:

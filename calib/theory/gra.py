@@ -11,9 +11,9 @@ import sympy as sp
 import torch
 from scipy import optimize
 
-from ..losses import uncertainty
 from .._checks import ArrayLike, as_tensor, check_labels, check_nonnegative, check_positive_int
-from ._derivation import WeightFn, Derivation, _check_distribution
+from ..losses import uncertainty
+from ._derivation import Derivation, WeightFn, _check_distribution
 
 
 def paper_lagrangian_optimum(num_classes: int = 3) -> Derivation:

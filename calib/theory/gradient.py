@@ -12,7 +12,7 @@ import torch
 from scipy import optimize, special
 
 from .._checks import ArrayLike, as_tensor, check_labels
-from ._derivation import Derivation, _symbols_by_name, _check_gamma, _check_unit
+from ._derivation import Derivation, _check_gamma, _check_unit, _symbols_by_name
 
 
 def gradient_factor_derivation() -> Derivation:

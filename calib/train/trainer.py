@@ -19,11 +19,11 @@ Every metric is a pure function of the saved logits, so :func:`evaluate_run` rec
 Schedules (Lin et al. (2024) §5 "Training setup"; Mukhoti et al. (2020) App. B): SGD,
 momentum 0.9, weight decay 5e-4,
 batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
-Tiny-ImageNet: divided at 40 and 60 of 100. :data:`PRESETS` holds them; :meth:`TrainConfig.from_preset`
+Tiny-ImageNet: divided at 40 and 60 of 100. :data:`~calib.train.presets.PRESETS` holds them; :meth:`TrainConfig.from_preset`
 scales them to the active profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs
 with the milestones scaled in proportion, see :data:`PRESET_EPOCHS`).
 
-The trainer is meant to be subclassed (``calib.meta`` does): override :meth:`Trainer.train_step`,
+The trainer is meant to be subclassed (:mod:`calib.train.meta` does): override :meth:`Trainer.train_step`,
 keep extra modules/optimisers in the checkpoint through :meth:`Trainer.extra_state` /
 :meth:`Trainer.load_extra_state`, and add per-epoch numbers through :meth:`Trainer.epoch_extras`.
 
@@ -45,21 +45,20 @@ PyTorch has no SyncBatchNorm, so BatchNorm there uses each rank's share of the b
 trajectory differs from one process. Evaluation runs on every rank over the whole split; rank 0 writes the
 files. A SIGTERM/SIGINT checkpoint under DDP assumes every rank receives the signal (torchrun
 forwards it); a signal that reaches only some ranks is not coordinated.
+
+
+The pieces around the loop live beside it: :mod:`~calib.train.config`, :mod:`~calib.train.checkpoint`,
+:mod:`~calib.train.progress` and :mod:`~calib.train.distributed`.
 """
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
-import math
 import os
-import random
 import signal
 import sys
 import threading
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -68,8 +67,20 @@ import torch
 from torch import Tensor, nn
 
 from .. import profile as _profile
+from .._checks import check_labels
 from ..data.splits import smoke_subset
-from .._checks import check_labels, check_nonnegative, check_positive_int
+from . import checkpoint, distributed
+from .checkpoint import CheckpointError, load_checkpoint, seed_everything
+from .config import AUGMENTED, SELECT_MODES, TrainConfig, load_config, smoke_config
+from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
+from .progress import (
+    _FINITE_CHECK_EVERY,
+    TrainingDiverged,
+    TrainingInterrupted,
+    _note_nonfinite,
+    _progress_enabled,
+    _tqdm_class,
+)
 from .records import (
     CHECKPOINT_FILE,
     CONFIG_FILE,
@@ -77,7 +88,6 @@ from .records import (
     HISTORY_FILE,
     LOGITS_FILE,
     METRICS_FILE,
-    TS_METHODS,
     _atomic_write_text,
     atomic_save,
     compute_metrics,
@@ -86,7 +96,6 @@ from .records import (
     load_logits,
     split_stats,
 )
-from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 
 __all__ = [
     "TrainConfig",
@@ -117,382 +126,6 @@ __all__ = [
     "CHECKPOINT_FILE",
 ]
 
-CHECKPOINT_FORMAT = 1
-PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
-
-OPTIMIZERS = ("sgd", "adam", "adamw")
-AMP_MODES = ("off", "auto", "bf16", "fp16")
-SELECT_MODES = ("last", "best_val")
-
-# PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
-# (the papers' protocols as data) and are re-exported here.
-# random crop + flip by default: Mukhoti et al. (2020) App. B for CIFAR; for Tiny-ImageNet the
-# papers are silent (our choice)
-AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
-_TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
-
-# Fields that may differ between a checkpoint and the run that resumes it: where and how
-# fast it runs, not what it computes.
-_RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync",
-                   "checkpoint_every")
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be resumed: unreadable, corrupt, or from a different run."""
-
-
-class TrainingDiverged(RuntimeError):
-    """The training loss became NaN or inf; the checkpoint of the last finished epoch is kept."""
-
-    def __init__(self, epoch: int, step: int, lr: float, path: Path | None):
-        self.epoch, self.step, self.lr, self.path = epoch, step, lr, path
-        kept = f"; the last good checkpoint is kept in {path}" if path and path.exists() else ""
-        super().__init__(f"training diverged: the loss is NaN or inf at epoch {epoch}, step {step}{kept}; "
-                         f"try a lower learning rate (now {lr:g}, e.g. --lr {lr / 10:g})")
-
-
-class TrainingInterrupted(KeyboardInterrupt):
-    """Raised by :meth:`Trainer.fit` after SIGTERM/SIGINT, once the checkpoint is safely written."""
-
-    def __init__(self, signum: int, path: Path | None):
-        self.signum = signum
-        self.path = path
-        where = f"checkpoint saved to {path}; resume with resume=True (CLI: --resume)" if path else "no run directory"
-        super().__init__(f"training stopped by {signal.Signals(signum).name}: {where}")
-
-
-@dataclass
-class TrainConfig:
-    """Everything a run depends on; JSON-serialisable (``to_json`` / ``from_json``).
-
-    Defaults are the CIFAR protocol of Lin et al. (2024) §5 / Mukhoti et al. (2020) App. B
-    (SGD 0.1, momentum 0.9, wd 5e-4,
-    batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
-    to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
-    ``val_size=None`` keeps the data loader's default split. ``augment=None`` turns random
-    crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
-    where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
-    always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
-    epoch for training-dynamics plots (Mukhoti et al. (2020) §3, Figs. 1-2). ``meta``,
-    ``meta_objective`` and
-    ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
-    ``calib.meta.MetaTrainer``.
-
-    Protocol settings (see :mod:`calib.presets` for the papers' choices):
-
-    * ``select``: ``"last"`` keeps the final weights; ``"best_val"`` keeps the weights of the
-      epoch with the lowest validation error (first one on ties), as Wang & Golebiowski (2024)
-      select their models; the chosen epoch is recorded in ``metrics.json``.
-    * ``ts_method``: which temperature fit fills ``post_ts``/``temperature`` of ``metrics.json``:
-      ``"nll"`` (Guo et al.) or ``"grid"`` (lowest validation ECE over ``ts_grid_step``,
-      ``2 ts_grid_step``, ..., 10; Mukhoti et al. (2020) and Lin et al. (2024) use a 0.1 step,
-      Wang et al. (2021) 0.01). Both fits are always recorded under ``metrics["ts"]``.
-    * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
-      of :meth:`Trainer.train_step` (the public code of Mukhoti et al. (2020) clips at 2);
-      ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
-    * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.mixup`;
-      Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
-    * ``keep_epoch_logits``: save the validation and test logits after every epoch under
-      ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
-      Wang et al. (2021), Fig. 4; with ``"train"`` in ``track`` the (unaugmented) training
-      logits too, for the learned epoch of each training sample (their Fig. 5).
-    * ``fsync`` (runtime only): fsync checkpoints and logits after writing them (atomic
-      either way; ``False`` trades power-cut durability for speed on tiny runs).
-    * ``checkpoint_every`` (runtime only): write the epoch checkpoint every this many epochs
-      (and after the last; a SIGTERM/SIGINT always writes one). A killed run resumes from the
-      last one written and replays the epochs after it, with the same result.
-    """
-
-    data: str = "digits"
-    model: str = "mlp"
-    loss: str = "ce"
-    loss_kwargs: dict[str, Any] = field(default_factory=dict)
-    model_kwargs: dict[str, Any] = field(default_factory=dict)
-    epochs: int = 350
-    batch_size: int = 128
-    eval_batch_size: int = 1024
-    lr: float = 0.1
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    nesterov: bool = False
-    milestones: tuple[int, ...] = (150, 250)
-    gamma_lr: float = 0.1
-    optimizer: str = "sgd"
-    preset: str | None = None
-    profile: str | None = None
-    seed: int = 0
-    val_size: int | None = None
-    split_seed: int = 0
-    data_root: str = "data"
-    download: bool = False
-    augment: bool | None = None
-    n_bins: int = 15
-    ts_method: str = "nll"
-    track: tuple[str, ...] = ()
-    amp: str = "off"
-    channels_last: bool = False
-    compile: bool = False
-    device: str | None = None
-    out: str | None = None
-    progress: bool | None = None
-    meta: str = "none"
-    meta_objective: str = "sece"
-    meta_kwargs: dict[str, Any] = field(default_factory=dict)
-    select: str = "last"
-    ts_grid_step: float = 0.1
-    clip_grad: float | None = None
-    keep_epoch_logits: bool = False
-    fsync: bool = True
-    checkpoint_every: int = 1
-    mixup_alpha: float = 0.0
-
-    def __post_init__(self) -> None:
-        self.milestones = tuple(int(m) for m in self.milestones)
-        self.track = tuple(self.track)
-        self.loss_kwargs = dict(self.loss_kwargs)
-        self.model_kwargs = dict(self.model_kwargs)
-        self.meta_kwargs = dict(self.meta_kwargs)
-        self.validate()
-
-    def validate(self) -> None:
-        """Raise ValueError/TypeError naming the field for any value out of range."""
-        for name in ("epochs", "batch_size", "eval_batch_size", "n_bins", "checkpoint_every"):
-            check_positive_int(getattr(self, name), name)
-        check_positive_int(self.seed, "seed", minimum=0)
-        check_positive_int(self.split_seed, "split_seed", minimum=0)
-        if self.val_size is not None:
-            check_positive_int(self.val_size, "val_size", minimum=1)
-        for name in ("lr", "momentum", "weight_decay", "gamma_lr"):
-            check_nonnegative(getattr(self, name), name)
-        if self.lr <= 0:
-            raise ValueError(f"lr must be > 0, got {self.lr}")
-        if not 0 < self.gamma_lr <= 1:
-            raise ValueError(f"gamma_lr (the lr decay factor) must lie in (0, 1], got {self.gamma_lr}")
-        if any(m < 1 for m in self.milestones) or list(self.milestones) != sorted(set(self.milestones)):
-            raise ValueError(f"milestones must be increasing epochs >= 1, got {self.milestones}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
-        if self.amp not in AMP_MODES:
-            raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
-        if self.ts_method not in TS_METHODS:
-            raise ValueError(f"ts_method must be 'nll' or 'grid', got {self.ts_method!r}")
-        if self.select not in SELECT_MODES:
-            raise ValueError(f"select must be one of {SELECT_MODES}, got {self.select!r}")
-        if isinstance(self.ts_grid_step, bool) or not isinstance(self.ts_grid_step, (int, float)) \
-                or not 0 < self.ts_grid_step <= 10:
-            raise ValueError(f"ts_grid_step must be a number in (0, 10], got {self.ts_grid_step!r}")
-        if self.clip_grad is not None and (isinstance(self.clip_grad, bool)
-                                           or not isinstance(self.clip_grad, (int, float))
-                                           or not math.isfinite(self.clip_grad) or self.clip_grad <= 0):
-            raise ValueError(f"clip_grad must be None or a finite number > 0, got {self.clip_grad!r}")
-        from .mixup import check_alpha
-
-        if check_alpha(self.mixup_alpha, "mixup_alpha") > 0 and self.meta != "none":
-            raise ValueError(f"mixup_alpha > 0 cannot be combined with meta={self.meta!r} (its own train step)")
-        if not isinstance(self.fsync, bool):
-            raise TypeError(f"fsync must be True or False, got {self.fsync!r}")
-        if not isinstance(self.keep_epoch_logits, bool):
-            raise TypeError(f"keep_epoch_logits must be True or False, got {self.keep_epoch_logits!r}")
-        if bad := [s for s in self.track if s not in ("train", "test")]:
-            raise ValueError(f"track may hold 'train' and 'test' only, got {bad}")
-        if self.preset is not None and self.preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {self.preset!r}")
-        for name in ("data", "model", "loss"):
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise TypeError(f"{name} must be a non-empty string, got {getattr(self, name)!r}")
-        for name in ("loss_kwargs", "model_kwargs", "meta_kwargs"):
-            try:
-                json.dumps(getattr(self, name))
-            except TypeError as exc:
-                raise TypeError(f"{name} must be JSON-serialisable: {exc}") from None
-
-    @classmethod
-    def from_preset(cls, preset: str, profile: str | None = None, **overrides: Any) -> "TrainConfig":
-        """The ``preset`` schedule scaled to ``profile`` (default: the active one), then ``overrides``.
-
-        ``paper`` gives the exact protocol; ``colab``/``quick`` cut the epochs (see
-        :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Presets (see
-        :mod:`calib.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
-        protocols ``lin2024``, ``mukhoti2020``, ``wang2024`` and ``wang2021``, which also set
-        the temperature fit, model selection and gradient clipping of that paper. Passing ``epochs`` in
-        ``overrides`` rescales the milestones to it unless ``milestones`` is passed too.
-        """
-        if preset not in PRESETS:
-            raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
-        prof = profile or _profile.current()
-        base = dict(PRESETS[preset])
-        paper_epochs, paper_ms = base["epochs"], base["milestones"]
-        epochs = overrides.pop("epochs", _profile.pick(**PRESET_EPOCHS[preset], profile=prof))
-        base.update(epochs=epochs, milestones=scaled_milestones(paper_ms, paper_epochs, epochs))
-        base.update(preset=preset, profile=prof)
-        if overrides.get("data") in _TOY_DATA:
-            base["val_size"] = None  # the toy datasets come with their own fixed split
-        base.update(overrides)
-        return cls(**base)
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["milestones"] = list(self.milestones)
-        d["track"] = list(self.track)
-        return d
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_dict(), sort_keys=True)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "TrainConfig":
-        known = {f.name for f in dataclasses.fields(cls)}
-        if unknown := sorted(set(d) - known):
-            raise ValueError(f"unknown TrainConfig fields: {unknown}")
-        return cls(**d)
-
-    @classmethod
-    def from_json(cls, text: str) -> "TrainConfig":
-        return cls.from_dict(json.loads(text))
-
-    def identity(self) -> dict[str, Any]:
-        """The fields that define *what* is computed (runtime fields such as out/device removed)."""
-        d = self.to_dict()
-        for k in _RUNTIME_FIELDS:
-            d.pop(k, None)
-        return d
-
-
-# ----------------------------------------------------------------------------- helpers
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python, NumPy and torch (all devices)."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def _rng_state() -> dict[str, Any]:
-    """RNG states as tensors and primitives only, so ``weights_only=True`` can load them."""
-    np_state = np.random.get_state()
-    py_version, py_internal, py_gauss = random.getstate()
-    state: dict[str, Any] = {
-        "torch": torch.get_rng_state(),
-        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
-                  "has_gauss": int(np_state[3]), "cached": float(np_state[4])},
-        "python": {"version": py_version, "internal": torch.tensor(py_internal, dtype=torch.int64),
-                   "gauss": py_gauss},
-    }
-    if torch.cuda.is_available():
-        state["cuda"] = torch.cuda.get_rng_state_all()
-    return state
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
-    n = state["numpy"]
-    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"], n["cached"]))
-    p = state["python"]
-    random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
-    if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
-        torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Load a checkpoint with ``weights_only=True``; raise :class:`CheckpointError` if unusable."""
-    path = Path(path)
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as exc:  # truncated zip, bad pickle, unsafe global, ...
-        raise CheckpointError(
-            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}: {str(exc)[:200]}); "
-            "delete it to start the run afresh, or choose another --out (out= in Python)"
-        ) from exc
-    if not isinstance(ckpt, dict) or ckpt.get("format") != CHECKPOINT_FORMAT or "config" not in ckpt:
-        raise CheckpointError(f"{path} is not a calib checkpoint (format {CHECKPOINT_FORMAT})")
-    return ckpt
-
-
-def _scheduler_state(s: torch.optim.lr_scheduler.LRScheduler) -> dict[str, Any]:
-    sd = s.state_dict()
-    if isinstance(sd.get("milestones"), Counter):  # Counter is not weights_only-loadable
-        sd["milestones"] = dict(sd["milestones"])
-    return sd
-
-
-def _load_scheduler_state(s: torch.optim.lr_scheduler.LRScheduler, sd: dict[str, Any]) -> None:
-    sd = dict(sd)
-    if isinstance(sd.get("milestones"), dict):
-        sd["milestones"] = Counter(sd["milestones"])
-    s.load_state_dict(sd)
-
-
-def _progress_enabled(flag: bool | None) -> bool:
-    if flag is not None:
-        return bool(flag)
-    return os.environ.get(PROGRESS_ENV, "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def _tqdm_class(show: bool) -> type:
-    """``tqdm.auto`` (a widget in notebooks) when bars are shown, plain ``tqdm`` otherwise.
-
-    ``tqdm.auto`` warns at import in a notebook without ipywidgets and falls back to text bars;
-    that warning is silenced, and never triggered when the bars are off.
-    """
-    if not show:
-        from tqdm import tqdm
-
-        return tqdm
-    import warnings
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        from tqdm.auto import tqdm
-    return tqdm
-
-
-# Steps between checks of the non-finite-loss flag (each check is one device-to-host sync).
-_FINITE_CHECK_EVERY = 50
-
-
-def _note_nonfinite(first_bad: Tensor | None, loss: Any, step: int) -> Tensor | None:
-    """Record on the loss's device the first ``step`` whose loss is not finite, without a sync."""
-    if loss is None:
-        return first_bad
-    loss = loss.detach() if isinstance(loss, Tensor) else torch.tensor(float(loss))
-    if first_bad is None:
-        first_bad = torch.full((), -1, dtype=torch.long, device=loss.device)
-    bad = ~torch.isfinite(loss).all()
-    return torch.where(bad & (first_bad < 0), torch.full_like(first_bad, step), first_bad)
-
-
-def _dist_env() -> tuple[int, int, int]:
-    """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
-# ----------------------------------------------------------------------------- trainer
-
-
-def smoke_config(config: TrainConfig) -> TrainConfig:
-    """``config`` capped for smoke mode (``CALIB_SMOKE=1``), or ``config`` itself outside it.
-
-    Keeps the profile's code path (model, loss, optimiser, AMP, channels_last, augmentation,
-    meta settings) and cuts the work: at most ``SMOKE_CAPS["epochs"]`` epochs (milestones
-    rescaled by :func:`scaled_milestones`, so the learning rate still drops) and
-    ``SMOKE_CAPS["batch_size"]`` examples a batch; with the data cut by
-    :func:`calib.data.splits.smoke_subset` an epoch is a few optimisation steps.
-    """
-    if not _profile.smoke():
-        return config
-    caps = _profile.SMOKE_CAPS
-    epochs = min(config.epochs, caps["epochs"])
-    milestones = scaled_milestones(config.milestones, config.epochs, epochs) if config.milestones else ()
-    return dataclasses.replace(
-        config, epochs=epochs, milestones=milestones,
-        batch_size=min(config.batch_size, caps["batch_size"]),
-        eval_batch_size=min(config.eval_batch_size, 4 * caps["batch_size"]),
-    )
-
 
 def _check_split_labels(data: Any) -> None:
     """Labels of every split lie in ``[0, num_classes)``: checked once, not on every step."""
@@ -500,6 +133,7 @@ def _check_split_labels(data: Any) -> None:
         y = getattr(data, f"{split}_y", None)
         if isinstance(y, Tensor) and y.numel():
             check_labels(y, y.shape[0], int(data.num_classes), f"data.{split}_y")
+
 
 
 class Trainer:
@@ -521,9 +155,9 @@ class Trainer:
         config.validate()
         requested, self.config = config, smoke_config(config)  # CALIB_SMOKE=1: a few steps
         config = self.config
-        self.rank, self.world_size, self.local_rank = _dist_env()
-        self.device = self._pick_device()
-        self._init_distributed()
+        self.rank, self.world_size, self.local_rank = distributed.rank_and_world()
+        self.device = distributed.pick_device(config.device, self.world_size, self.local_rank)
+        distributed.init_process_group(self.device, config.batch_size, self.world_size)
         seed_everything(config.seed)
         self.data = smoke_subset(data if data is not None else self._load_data())
         _check_split_labels(self.data)  # once per dataset, so train_step never syncs to check
@@ -536,7 +170,7 @@ class Trainer:
             self.model = nn.SyncBatchNorm.convert_sync_batchnorm(self.model)
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
-        self.net = self._wrap(self.model)
+        self.net = distributed.wrap(self.model, self.device, self.world_size, config.compile)
         _profile.record_run(requested, self.model, self.data)  # only with $CALIB_FLOP_LEDGER (calib.runtime)
         self.criterion = self.build_criterion()
         self.optimizer = self.build_optimizer()
@@ -556,45 +190,9 @@ class Trainer:
 
     # -- construction (override in subclasses) ---------------------------------------
 
-    def _pick_device(self) -> torch.device:
-        if self.config.device:
-            try:
-                dev = torch.device(self.config.device)
-            except (RuntimeError, TypeError) as exc:
-                raise ValueError(f"device {self.config.device!r} is not a device name such as 'cpu', 'cuda' "
-                                 f"or 'cuda:1' ({exc})") from None
-            if dev.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError(f"device {self.config.device!r} asks for CUDA, but no CUDA device is available "
-                                 "here; leave device unset (CLI: no --device) to use the CPU")
-            if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-                raise ValueError(f"device {self.config.device!r}: only {torch.cuda.device_count()} CUDA device(s) "
-                                 "are visible")
-        else:
-            dev = _profile.device()
-        if dev.type == "cuda" and self.world_size > 1:
-            if self.local_rank >= torch.cuda.device_count():
-                raise ValueError(f"local rank {self.local_rank} has no CUDA device: only "
-                                 f"{torch.cuda.device_count()} are visible; start at most that many "
-                                 "processes per node, or pass device='cpu'")
-            dev = torch.device("cuda", self.local_rank)
-        if dev.type == "cuda":
-            if dev.index is None:  # set_device needs an index: plain "cuda" is the current device
-                dev = torch.device("cuda", torch.cuda.current_device())
-            torch.cuda.set_device(dev)
-        return dev
 
-    def _init_distributed(self) -> None:
-        if self.world_size <= 1:
-            return
-        import torch.distributed as dist
 
-        if not dist.is_initialized():
-            dist.init_process_group("nccl" if self.device.type == "cuda" else "gloo")
-        if self.config.batch_size % self.world_size:
-            raise ValueError(
-                f"batch_size ({self.config.batch_size}, the global batch) must be divisible by "
-                f"WORLD_SIZE ({self.world_size})"
-            )
+
 
     def _load_data(self) -> Any:
         from .. import data as cdata
@@ -654,15 +252,7 @@ class Trainer:
             rank=self.rank if train else 0, world_size=world,
         )
 
-    def _wrap(self, model: nn.Module) -> nn.Module:
-        net = model
-        if self.world_size > 1:
-            from torch.nn.parallel import DistributedDataParallel as DDP
 
-            net = DDP(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        if self.config.compile:
-            net = torch.compile(net)
-        return net
 
     def _amp_dtype(self) -> torch.dtype | None:
         mode = self.config.amp
@@ -776,12 +366,7 @@ class Trainer:
     def _reduce_epoch(self, sums: dict[str, Any]) -> dict[str, float]:
         keys = sorted(k for k in sums if k != "_n")
         vec = torch.tensor([float(sums[k]) for k in keys] + [float(sums.get("_n", 0))], dtype=torch.float64)
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            vec = vec.to(self.device)
-            dist.all_reduce(vec)
-            vec = vec.cpu()
+        vec = distributed.all_reduce_sum(vec, self.device, self.world_size)
         n = max(vec[-1].item(), 1.0)
         return {f"train_{k}": vec[i].item() / n for i, k in enumerate(keys)}
 
@@ -824,23 +409,8 @@ class Trainer:
         return self.rank == 0
 
     def checkpoint_state(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Everything needed to continue exactly: weights, optimiser, scheduler, scaler, RNG, loader."""
-        return {
-            "format": CHECKPOINT_FORMAT,
-            "config": self.config.to_json(),
-            "epoch": self.epoch,
-            "step": step,
-            "sums": {k: float(v) for k, v in (sums or {}).items()},
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": _scheduler_state(self.scheduler),
-            "scaler": self.scaler.state_dict(),
-            "rng": _rng_state(),
-            "loader": self.train_loader.state_dict(),
-            "history": json.dumps(self.history),
-            "extra": self.extra_state(),
-            "best": dict(self.best) if self.best is not None else {},
-        }
+        """Everything needed to continue exactly (:func:`calib.train.checkpoint.trainer_state`)."""
+        return checkpoint.trainer_state(self, step=step, sums=sums)
 
     def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
         if self.out is None:
@@ -848,45 +418,12 @@ class Trainer:
         path = self.out / CHECKPOINT_FILE
         if self.is_main:
             atomic_save(self.checkpoint_state(step=step, sums=sums), path, durable=self.config.fsync)
-        self._barrier()
+        distributed.barrier(self.world_size)
         return path
 
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint` (refusing another run's)."""
-        ckpt = load_checkpoint(path)
-        try:
-            saved = TrainConfig.from_json(ckpt["config"]).identity()
-        except (ValueError, TypeError) as exc:
-            raise CheckpointError(f"checkpoint {path} holds an unreadable config: {exc}") from exc
-        mine = self.config.identity()
-        if diff := sorted(k for k in set(saved) | set(mine) if saved.get(k) != mine.get(k)):
-            detail = ", ".join(f"{k}: checkpoint {saved.get(k)!r} vs now {mine.get(k)!r}" for k in diff[:6])
-            raise CheckpointError(f"checkpoint {path} belongs to a different run ({detail}); "
-                                  "use another out= or the same configuration")
-        try:
-            self.model.load_state_dict(ckpt["model"])
-            self.optimizer.load_state_dict(ckpt["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise CheckpointError(f"checkpoint {path} does not fit this model/optimiser: {str(exc)[:300]}") from exc
-        _load_scheduler_state(self.scheduler, ckpt["scheduler"])
-        self.scaler.load_state_dict(ckpt["scaler"])
-        try:
-            self.train_loader.load_state_dict(ckpt["loader"])
-        except (ValueError, KeyError) as exc:  # e.g. resumed under another number of processes
-            raise CheckpointError(f"checkpoint {path} does not fit this run's data loader ({exc}); resume with "
-                                  f"the number of processes it was written with (now {self.world_size})") from exc
-        self.load_extra_state(ckpt.get("extra", {}))
-        self.best = dict(ckpt["best"]) if ckpt.get("best") else None
-        self.epoch, self._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
-        self._resume_sums = dict(ckpt["sums"])
-        self.history = json.loads(ckpt["history"])
-        _set_rng_state(ckpt["rng"])
-
-    def _barrier(self) -> None:
-        if self.world_size > 1:
-            import torch.distributed as dist
-
-            dist.barrier()
+        checkpoint.restore(self, path)
 
     def _prepare_out(self, resume: bool) -> None:
         out = self.out
@@ -902,7 +439,7 @@ class Trainer:
             out.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):  # left by a run killed while writing
                 (out / f".{CHECKPOINT_FILE}.tmp").unlink()
-        self._barrier()
+        distributed.barrier(self.world_size)
         if resume and ckpt.exists():
             self.load_checkpoint(ckpt)
         if self.is_main:
@@ -1049,22 +586,9 @@ class Trainer:
         if self.is_main:
             atomic_save(record, self.out / LOGITS_FILE, durable=self.config.fsync)
             metrics = evaluate_run(self.out)
-        self._barrier()
+        distributed.barrier(self.world_size)
         return metrics if self.is_main else json.loads((self.out / METRICS_FILE).read_text())
 
-
-# ----------------------------------------------------------------------------- run records
-
-
-def load_config(run_dir: str | os.PathLike) -> TrainConfig:
-    """The :class:`TrainConfig` a run directory was trained with."""
-    path = Path(run_dir) / CONFIG_FILE
-    if not path.exists():
-        raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
-    try:
-        return TrainConfig.from_json(path.read_text())
-    except (ValueError, TypeError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise ValueError(f"{path} is corrupt or not a calib configuration ({type(exc).__name__}: {exc})") from None
 
 
 def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None,
@@ -1081,6 +605,7 @@ def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_me
                               ts_grid_step=ts_grid_step or cfg.ts_grid_step, select=cfg.select)
     _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
+
 
 
 def train(config: TrainConfig, *, resume: bool = False, data: Any | None = None) -> Trainer:

@@ -1,0 +1,85 @@
+"""Devices and multi-GPU plumbing (DDP under ``torchrun``): short functions the trainer calls."""
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor, nn
+
+from .. import profile as _profile
+
+
+def rank_and_world() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from the torchrun environment (1 process if absent)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    return int(os.environ.get("RANK", "0")), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def pick_device(name: str | None, world_size: int = 1, local_rank: int = 0) -> torch.device:
+    """The device a run trains on: ``name`` if given (checked), else :func:`calib.profile.device`.
+
+    Under DDP on CUDA each process takes the GPU of its local rank. A CUDA device always
+    gets an index, because ``torch.cuda.set_device`` needs one.
+    """
+    if name:
+        try:
+            dev = torch.device(name)
+        except (RuntimeError, TypeError) as exc:
+            raise ValueError(f"device {name!r} is not a device name such as 'cpu', 'cuda' or 'cuda:1' ({exc})") from None
+        if dev.type == "cuda" and not torch.cuda.is_available():
+            raise ValueError(f"device {name!r} asks for CUDA, but no CUDA device is available "
+                             "here; leave device unset (CLI: no --device) to use the CPU")
+        if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+            raise ValueError(f"device {name!r}: only {torch.cuda.device_count()} CUDA device(s) are visible")
+    else:
+        dev = _profile.device()
+    if dev.type == "cuda" and world_size > 1:
+        if local_rank >= torch.cuda.device_count():
+            raise ValueError(f"local rank {local_rank} has no CUDA device: only {torch.cuda.device_count()} "
+                             "are visible; start at most that many processes per node, or pass device='cpu'")
+        dev = torch.device("cuda", local_rank)
+    if dev.type == "cuda":
+        if dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        torch.cuda.set_device(dev)
+    return dev
+
+
+def init_process_group(device: torch.device, batch_size: int, world_size: int) -> None:
+    """Join the torchrun process group (NCCL on CUDA, gloo on CPU); the global batch must split evenly."""
+    if world_size <= 1:
+        return
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if batch_size % world_size:
+        raise ValueError(f"batch_size ({batch_size}, the global batch) must be divisible by WORLD_SIZE ({world_size})")
+
+
+def wrap(model: nn.Module, device: torch.device, world_size: int, compile: bool) -> nn.Module:
+    """What the forward pass calls: ``model`` in DistributedDataParallel and/or ``torch.compile``."""
+    net = model
+    if world_size > 1:
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        net = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    return torch.compile(net) if compile else net
+
+
+def barrier(world_size: int) -> None:
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def all_reduce_sum(vec: Tensor, device: torch.device, world_size: int) -> Tensor:
+    """``vec`` summed over the ranks (itself with one process), back on the CPU."""
+    if world_size <= 1:
+        return vec
+    import torch.distributed as dist
+
+    vec = vec.to(device)
+    dist.all_reduce(vec)
+    return vec.cpu()
