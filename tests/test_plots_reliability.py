@@ -9,6 +9,8 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from calib import metrics as M  # noqa: E402
@@ -255,3 +257,17 @@ def test_intervals_on_cuda_are_seeded_and_agree_in_distribution(method):
     full = M.bin_stats(p, y, 10).counts >= 200
     np.testing.assert_allclose(gpu[0][full], cpu[0][full], atol=0.03)  # other draws, same distribution
     np.testing.assert_allclose(gpu[1][full], cpu[1][full], atol=0.03)
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(1, 80), k=st.integers(2, 6), n_bins=st.integers(1, 12), seed=st.integers(0, 2**31 - 1),
+       method=st.sampled_from(["consistency", "bootstrap"]), closed=st.sampled_from(["right", "left"]))
+def test_intervals_are_ordered_probabilities_with_nan_only_at_empty_bins(n, k, n_bins, seed, method, closed):
+    g = torch.Generator().manual_seed(seed)
+    p = torch.softmax(3 * torch.randn(n, k, generator=g), 1)
+    y = torch.randint(0, k, (n,), generator=g)
+    low, high = plots.reliability_intervals(p, y, n_bins, method=method, n_resamples=30, seed=seed, closed=closed)
+    empty = M.bin_stats(p, y, n_bins, closed=closed).counts == 0
+    np.testing.assert_array_equal(np.isnan(low), empty)
+    np.testing.assert_array_equal(np.isnan(high), empty)
+    assert (0 <= low[~empty]).all() and (low[~empty] <= high[~empty]).all() and (high[~empty] <= 1).all()
