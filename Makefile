@@ -11,12 +11,13 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium clean help
+.PHONY: all setup lab book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium clean help
 
 all: setup
 
 help:
 	@echo "make book   build the book (executes every chapter) into $(HTML)"
+	@echo "make lab    open the book's notebooks in JupyterLab from $(VENV) (readers; not run in CI)"
 	@echo "make test   unit/property/parity tests, nbval over every chapter, built-book browser check"
 	@echo "make test-colab  the colab and paper branches of every chapter in smoke mode on synthetic data"
 	@echo "make bench  speed comparisons (ratios against baselines run side by side)"
@@ -31,6 +32,11 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# For readers and students: JupyterLab on book/ with the kernel of $(VENV) (never run by CI).
+lab: $(STAMP)
+	@echo "lab: open the http://localhost:8888/lab?token=... address printed below; Ctrl+C stops it"
+	$(BIN)/jupyter lab --notebook-dir=book
 
 # Coursework (book/assignments/, otter-grader): <name>/student/ to hand out and
 # <name>/autograder/<name>-autograder.zip to grade with `otter run`. Add --publish to

@@ -115,3 +115,16 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in (ROOT / ".ci/run").read_text()
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make book" in readme
+
+
+def test_make_lab_opens_the_notebooks_from_the_venv_and_ci_never_runs_it():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^lab: \$\(STAMP\)$", makefile, re.M) and "$(BIN)/jupyter lab" in makefile
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("jupyterlab") for r in extras["book"])  # make setup installs [book,...]
+    assert "make lab" in (ROOT / "README.md").read_text()
+    ci = [ROOT / ".ci/run", *(ROOT / ".github/workflows").glob("*.yml")]
+    for path in ci:
+        assert not re.search(r"\bmake\b[^\n]*\blab\b", path.read_text()), f"{path.name} runs make lab"
+    for line in re.findall(r"^(?:test|all|book)[\w-]*:.*$", makefile, re.M):
+        assert not re.search(r"\blab\b", line), line

@@ -107,3 +107,14 @@ def test_training_curves_are_column_wide_and_use_the_palette():
     assert fig.get_figwidth() <= 7.0
     colours = [line.get_color() for line in fig.axes[0].get_lines()]
     assert colours == [palette.color_for("ce"), palette.gamma_color(3)]
+
+
+def test_epoch_band_curves_take_palette_colours_for_losses():
+    runs = np.arange(6.0).reshape(2, 3)
+    fig = plots.epoch_band_curves({"CE": runs, "LS ε=0.05": runs, "focal γ=3": runs, "my idea": runs},
+                                  ylabel="ECE")
+    lines = fig.axes[0].get_lines()
+    assert [line.get_color() for line in lines[:3]] == [
+        palette.color_for("ce"), palette.color_for("label_smoothing"), palette.gamma_color(3)]
+    assert lines[3].get_color() == matplotlib.rcParams["axes.prop_cycle"].by_key()["color"][3]
+    np.testing.assert_allclose(lines[0].get_ydata(), [1.5, 2.5, 3.5])  # mean over runs

@@ -2,12 +2,13 @@
 
 Submodules, one per chapter family (all re-exported here):
 ``palette``      one colour per loss and per focal parameter γ, shared by every figure
-``reliability``  reliability diagrams, confidence histograms, ECE against the number of bins
+``reliability``  reliability diagrams (with resampled intervals), confidence histograms, ECE against bins
 ``losses``       loss and gradient curves against the true-class probability
 ``theory``       g(p, gamma), the binary focal optimum, simplex weight maps
 ``training``     training curves (NLL, ECE, entropy, weight norm over epochs)
 ``meta``         gamma distribution over epochs
 ``repro``        curves over epochs with bands, coefficient sweeps, grouped histograms
+``stats``        seaborn, over seeds: a metric per loss with intervals, confidence violins, sweep heatmaps
 
 :func:`book_style` sets what every chapter shares: fonts of at least 9 pt and SVG output
 in notebooks, so figures stay sharp at any zoom.
@@ -21,4 +22,5 @@ from .training import *  # noqa: F401,F403
 from .meta import *  # noqa: F401,F403
 from .repro import *  # noqa: F401,F403
 from .derivations import *  # noqa: F401,F403
+from .stats import *  # noqa: F401,F403
 from .style import book_style  # noqa: F401

@@ -8,21 +8,35 @@ Reliability diagram (Guo et al. 2017; Wang & Golebiowski 2024, Fig. 2): the accu
 confidence bin as a bar, the gap between it and the bin's mean confidence shaded, the
 diagonal ``accuracy = confidence`` dashed (a perfectly calibrated model's bars reach it),
 and, beneath, the share of samples per bin. ECE against the number of bins is Wang & Golebiowski (2024), Fig. 5.
+
+How far from the diagonal is too far? :func:`reliability_intervals` answers by resampling,
+in two ways a diagram can show (``band=`` of :func:`reliability_diagram` and
+:func:`reliability_diagrams`): a *consistency band*, where the bars of a perfectly
+calibrated model with the same confidences would fall (Bröcker & Smith 2007), and
+*bootstrap intervals*, how much each bar moves when the test set is drawn again.
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
 import numpy as np
+import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from .. import metrics
-from .._checks import ArrayLike
+from .._checks import ArrayLike, check_labels, check_positive_int, check_probs
 from ..metrics import FIG5_BINS, BinStats
 from .palette import series_color
 
-__all__ = ["reliability_diagram", "reliability_diagrams", "plot_bin_stats", "confidence_histogram", "ece_vs_bins"]
+__all__ = [
+    "reliability_diagram",
+    "reliability_diagrams",
+    "reliability_intervals",
+    "plot_bin_stats",
+    "confidence_histogram",
+    "ece_vs_bins",
+]
 
 _BAR = "#4878a8"
 # The gap is drawn as red hatching with no fill: a translucent red fill over the blue
@@ -35,6 +49,133 @@ _GAP_FACE = "none"
 _FONT = 9  # the smallest font of any figure in the book (points)
 
 
+# --------------------------------------------------------------------------- resampled intervals
+
+BANDS = ("consistency", "bootstrap")
+_BAND = "0.55"  # grey: a reference like the diagonal, not a series
+_BLOCK = 1 << 22  # resampled entries (resamples x N) per block: a few temporaries of ~32 MB each
+
+
+def _top_label(probs: ArrayLike, labels: ArrayLike) -> tuple[torch.Tensor, torch.Tensor]:
+    """Top-label confidence and correctness, the first maximum winning ties (as :mod:`calib.metrics`)."""
+    p = check_probs(probs, "probs")
+    if p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    y = check_labels(labels, p.shape[0], p.shape[1], "labels").to(p.device)
+    pred = p.argmax(dim=1)
+    return p.gather(1, pred[:, None]).squeeze(1), pred == y
+
+
+def _bin_means(bins: torch.Tensor, values: torch.Tensor, n_bins: int) -> torch.Tensor:
+    """Per-row, per-bin mean of ``values`` ``(R, N)`` over bin indices ``bins`` ``(R, N)``:
+    ``(R, n_bins)``, NaN where a row has no sample in a bin. One bincount for all rows."""
+    rows = bins.shape[0]
+    flat = (bins + n_bins * torch.arange(rows, device=bins.device)[:, None]).reshape(-1)
+    sums = torch.bincount(flat, weights=values.reshape(-1).double(), minlength=rows * n_bins)
+    counts = torch.bincount(flat, minlength=rows * n_bins)
+    return (sums / counts).view(rows, n_bins)
+
+
+def _check_interval_args(method: str, n_resamples: int, level: float, seed: int, closed: str) -> int:
+    if method not in BANDS:
+        raise ValueError(f"method must be one of {', '.join(BANDS)}, got {method!r}")
+    if closed not in ("right", "left"):
+        raise ValueError(f'closed must be "right" or "left", got {closed!r}')
+    if isinstance(level, bool) or not isinstance(level, (int, float, np.floating)) or not 0 < level < 1:
+        raise ValueError(f"level must be a number in (0, 1), got {level!r}")
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    return check_positive_int(n_resamples, "n_resamples", minimum=2)
+
+
+@torch.no_grad()
+def reliability_intervals(
+    probs: ArrayLike,
+    labels: ArrayLike,
+    n_bins: int = 15,
+    *,
+    method: str = "consistency",
+    n_resamples: int = 1000,
+    level: float = 0.9,
+    seed: int = 0,
+    closed: str = "right",
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per-bin ``(low, high)`` of the accuracy of a reliability diagram, by resampling.
+
+    Bins as in :func:`calib.metrics.bin_stats` (``n_bins`` equal-width bins of the
+    top-label confidence ``c_i``, ``closed`` convention); ``low``/``high`` are the
+    ``(1 - level)/2`` and ``(1 + level)/2`` quantiles of the bin's accuracy over
+    ``n_resamples`` resamples (5 % and 95 % by default), NaN for a bin no resample filled.
+
+    ``method="consistency"`` (consistency resampling, Bröcker & Smith 2007, "Increasing
+    the reliability of reliability diagrams"): keep the confidences, draw new labels
+    ``z_i ~ Bernoulli(c_i)`` (correct with probability ``c_i``), i.e. simulate a perfectly
+    calibrated model with the same confidences, and record each bin's accuracy
+    ``mean(z_i)``. The band is where a calibrated model's bar falls; a bar outside it is
+    evidence of miscalibration at that level, not noise. Bröcker & Smith also resample the
+    forecasts before drawing labels; here they stay fixed, so the band is conditional on
+    the test set's confidences (the bars it checks share them).
+
+    ``method="bootstrap"`` (Efron's percentile bootstrap): draw N samples with replacement
+    from ``(c_i, correct_i)`` and record each bin's accuracy; the interval says how much
+    the observed bar would move with another test set of the same size.
+
+    Resampling is vectorised (all resamples of a block in one ``bincount``, blocks of
+    about 2^22 entries), on the inputs' device, with a ``torch.Generator`` seeded by
+    ``seed``: the same inputs and seed give the same intervals on one device.
+    """
+    n_bins = check_positive_int(n_bins, "n_bins")
+    n_resamples = _check_interval_args(method, n_resamples, level, seed, closed)
+    conf, correct = _top_label(probs, labels)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=conf.dtype, device=conf.device)
+    bins = torch.bucketize(conf, edges[1:-1], right=(closed == "left"))
+    gen = torch.Generator(device=conf.device).manual_seed(int(seed))
+    n = conf.numel()
+    block = max(1, _BLOCK // n)
+    blocks = []
+    for start in range(0, n_resamples, block):
+        r = min(block, n_resamples - start)
+        if method == "consistency":
+            z = torch.rand((r, n), generator=gen, device=conf.device, dtype=conf.dtype) < conf
+            blocks.append(_bin_means(bins.expand(r, n), z, n_bins))
+        else:
+            idx = torch.randint(n, (r, n), generator=gen, device=conf.device)
+            blocks.append(_bin_means(bins[idx], correct[idx], n_bins))
+    acc = torch.cat(blocks)
+    q = torch.tensor([(1 - level) / 2, (1 + level) / 2], dtype=acc.dtype, device=acc.device)
+    low, high = torch.nanquantile(acc, q, dim=0).cpu().numpy()
+    return low, high
+
+
+def _check_band(band: str | None) -> tuple[str, ...]:
+    if band is None:
+        return ()
+    if band == "both":
+        return BANDS
+    if band not in BANDS:
+        raise ValueError(f'band must be None, "consistency", "bootstrap" or "both", got {band!r}')
+    return (band,)
+
+
+def _draw_intervals(ax: Axes, stats: BinStats, probs: ArrayLike, labels: ArrayLike, bands: Sequence[str],
+                    **kw) -> None:
+    """Consistency band as grey boxes around the diagonal, bootstrap intervals as error bars."""
+    lo, width, full = stats.edges[:-1], np.diff(stats.edges), stats.counts > 0
+    pct = f"{100 * kw.get('level', 0.9):g}%"
+    for method in bands:
+        low, high = reliability_intervals(probs, labels, stats.n_bins, method=method, closed=stats.closed, **kw)
+        if method == "consistency":
+            ax.bar(lo[full], (high - low)[full], bottom=low[full], width=width[full], align="edge",
+                   color=_BAND, alpha=0.35, linewidth=0, label=f"{pct} consistency band", zorder=3)
+        else:
+            acc = stats.accuracy[full]
+            # a percentile interval need not contain the observed mean: clip, never a negative bar
+            yerr = np.clip(np.stack([acc - low[full], high[full] - acc]), 0, None)
+            ax.errorbar((lo + width / 2)[full], acc, yerr=yerr,
+                        fmt="none", ecolor="black", elinewidth=1, capsize=2, label=f"{pct} bootstrap interval",
+                        zorder=4)
+
+
 def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
     if ax is not None:
         return ax.figure, ax
@@ -42,7 +183,7 @@ def _figure(ax: Axes | None, size: tuple[float, float]) -> tuple[Figure, Axes]:
     return fig, fig.add_subplot()
 
 
-def _draw_bars(ax: Axes, stats: BinStats, legend: bool) -> None:
+def _draw_bars(ax: Axes, stats: BinStats) -> None:
     lo, hi = stats.edges[:-1], stats.edges[1:]
     width, full = hi - lo, stats.counts > 0
     acc = np.where(full, stats.accuracy, 0.0)
@@ -54,8 +195,6 @@ def _draw_bars(ax: Axes, stats: BinStats, legend: bool) -> None:
     )
     ax.plot([0, 1], [0, 1], "--", color="0.3", linewidth=1, label="perfect calibration")
     ax.set(xlim=(0, 1), ylim=(0, 1))
-    if legend:
-        ax.legend(loc="upper left", fontsize=_FONT, frameon=False)
 
 
 def _draw_share(hist: Axes, stats: BinStats, legend: bool) -> None:
@@ -87,6 +226,11 @@ def plot_bin_stats(stats: BinStats, *, ax: Axes | None = None, title: str | None
     """
     if not isinstance(stats, BinStats):
         raise TypeError(f"stats must be a calib.metrics.BinStats, got {type(stats).__name__}")
+    return _diagram(stats, ax, title, None)
+
+
+def _diagram(stats: BinStats, ax: Axes | None, title: str | None, intervals: tuple | None) -> Figure:
+    """:func:`plot_bin_stats`, with ``intervals = (probs, labels, bands, kw)`` drawn over the bars."""
     if ax is None:
         fig = Figure(figsize=(4.2, 4.8), layout="constrained")
         ax, hist = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": (3, 1)})
@@ -94,7 +238,10 @@ def plot_bin_stats(stats: BinStats, *, ax: Axes | None = None, title: str | None
         # Under a given Axes the histogram is an inset below it, so it follows the Axes into
         # any grid (leave some room beneath, or save with bbox_inches="tight").
         fig, hist = ax.figure, ax.inset_axes((0.0, -0.37, 1.0, 0.3), sharex=ax)
-    _draw_bars(ax, stats, legend=True)
+    _draw_bars(ax, stats)
+    if intervals is not None:
+        _draw_intervals(ax, stats, *intervals[:3], **intervals[3])
+    ax.legend(loc="upper left", fontsize=_FONT, frameon=False)
     ax.set_ylabel("accuracy", fontsize=_FONT)
     ax.set_title(_title(stats, title), fontsize=_FONT + 1)
     ax.tick_params(labelbottom=False, labelsize=_FONT)
@@ -109,14 +256,21 @@ def reliability_diagrams(
     *,
     closed: str = "right",
     width: float = 7.0,
+    band: str | None = None,
+    n_resamples: int = 1000,
+    level: float = 0.9,
+    seed: int = 0,
 ) -> Figure:
     """Reliability diagrams of several models side by side, at most ``width`` inches wide.
 
     ``results`` maps a model name to ``(probs, labels)``. One column per model: the
     reliability diagram on top (as :func:`plot_bin_stats`), the share of samples per bin
     beneath; axes are shared, and one legend below the grid serves every panel, so the
-    panels stay wide enough to read at column width.
+    panels stay wide enough to read at column width. ``band`` adds resampled intervals to
+    every panel, as in :func:`reliability_diagram`.
     """
+    bands = _check_band(band)
+    kw = {"n_resamples": n_resamples, "level": level, "seed": seed}
     if not isinstance(results, Mapping) or not results:
         raise ValueError("results must be a non-empty mapping name -> (probs, labels)")
     if not 2.0 <= float(width) <= 7.0:
@@ -130,7 +284,8 @@ def reliability_diagrams(
             raise TypeError(f"results[{name!r}] must be a (probs, labels) pair")
         stats = metrics.bin_stats(pair[0], pair[1], n_bins, closed=closed)
         top, hist = axes[0, j], axes[1, j]
-        _draw_bars(top, stats, legend=False)
+        _draw_bars(top, stats)
+        _draw_intervals(top, stats, pair[0], pair[1], bands, **kw)
         top.set_title(_title(stats, name), fontsize=_FONT)
         top.tick_params(labelbottom=False, labelsize=_FONT)
         _draw_share(hist, stats, legend=False)
@@ -139,7 +294,8 @@ def reliability_diagrams(
     handles, labels = axes[0, 0].get_legend_handles_labels()
     h2, l2 = axes[1, 0].get_legend_handles_labels()
     names = [*labels, *("overall " + lab for lab in l2)]
-    fig.legend([*handles, *h2], names, loc="outside lower center", ncols=3, fontsize=_FONT, frameon=False)
+    fig.legend([*handles, *h2], names, loc="outside lower center", ncols=3 + (len(bands) > 1), fontsize=_FONT,
+               frameon=False)
     return fig
 
 
@@ -151,13 +307,26 @@ def reliability_diagram(
     closed: str = "right",
     ax: Axes | None = None,
     title: str | None = None,
+    band: str | None = None,
+    n_resamples: int = 1000,
+    level: float = 0.9,
+    seed: int = 0,
 ) -> Figure:
     """Reliability diagram of top-label confidences with a confidence histogram beneath.
 
     Bins and ECE as in :func:`calib.metrics.bin_stats` / :func:`calib.metrics.ece`
     (``n_bins`` equal-width bins, ``closed`` convention). Returns the Figure.
+
+    ``band`` adds resampled intervals (:func:`reliability_intervals`, ``n_resamples``
+    resamples, central ``level``, seeded by ``seed``): ``"consistency"`` draws grey boxes
+    around the diagonal where a perfectly calibrated model's bars would fall (Bröcker &
+    Smith 2007), ``"bootstrap"`` error bars on the bars (percentile bootstrap), ``"both"``
+    both.
     """
-    return plot_bin_stats(metrics.bin_stats(probs, labels, n_bins, closed=closed), ax=ax, title=title)
+    bands = _check_band(band)
+    stats = metrics.bin_stats(probs, labels, n_bins, closed=closed)
+    kw = {"n_resamples": n_resamples, "level": level, "seed": seed}
+    return _diagram(stats, ax, title, (probs, labels, bands, kw))
 
 
 def confidence_histogram(

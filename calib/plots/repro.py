@@ -8,8 +8,10 @@
                         model (Wang et al. (2021) Fig. 5: maximum logits by learned epoch)
 
 Every function returns a matplotlib Figure at most 7 in wide with fonts of at least 9 pt, and
-never calls ``plt.show()``. Colours follow matplotlib's default cycle in the order the
-curves are given, so a chapter that passes its losses in one order gets one colour per loss.
+never calls ``plt.show()``. A curve whose label names a loss (``"CE"``, ``"focal γ=3"``) takes
+its colour from :mod:`calib.plots.palette`; other series and groups follow matplotlib's
+default cycle in the order they are given. Seed-level statistics from tidy tables (points
+per seed with intervals, heatmaps) are in :mod:`calib.plots.stats`.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ from typing import Mapping, Sequence
 import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
+
+from .palette import series_color
 
 __all__ = ["epoch_band_curves", "coefficient_curves", "grouped_histograms"]
 
@@ -62,12 +66,15 @@ def epoch_band_curves(
     ``curves[label]`` is a ``(runs, evaluations)`` array; ``epochs`` gives the epoch of
     each evaluation (default 1, 2, ...). ``scale`` multiplies the values (100 for %).
     ``milestones`` draws dotted lines at the learning-rate drops. The style of Wang et
-    al. (2021) Fig. 4 (mean of 5 runs, band from min to max).
+    al. (2021) Fig. 4 (mean of 5 runs, band from min to max). Labels naming a loss get its
+    palette colour.
     """
     curves = _check_mapping(curves, "curves")
     fig = Figure(figsize=(min(_MAX_WIDTH, 6.0), 3.4), layout="constrained")
     ax = fig.subplots()
-    for color, (label, values) in zip(_colors() * 4, curves.items()):
+    cycle = _colors()
+    for i, (label, values) in enumerate(curves.items()):
+        color = series_color(str(label), default=cycle[i % len(cycle)])
         a = scale * _finite_2d(values, f"curves[{label!r}]")
         x = np.arange(1, a.shape[1] + 1) if epochs is None else np.asarray(epochs, float)
         if x.shape != (a.shape[1],):
