@@ -31,8 +31,8 @@ __all__ = ["VectorScaling", "MatrixScaling", "DirichletCalibration", "minimise_l
 Tensor = torch.Tensor
 # L-BFGS stops when every gradient entry of the (mean) objective is below _GRAD_TOL; a
 # fit that ends above _WARN_TOL after max_iter iterations is reported as not converged.
-_GRAD_TOL = 1e-10
-_WARN_TOL = 1e-6
+_GRAD_TOL = 1e-8
+_WARN_TOL = 1e-5
 
 
 def minimise_lbfgs(objective: Callable[[Tensor], Tensor], x0: Tensor, max_iter: int) -> tuple[Tensor, float]:
@@ -108,6 +108,21 @@ class _AffineScaling:
     def _map(self, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
         return (x * w if self._diagonal else x @ w.T) + b
 
+    def _representative(self, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
+        """The member of ``(W + 1 v', b + c 1)`` (all give the same softmax) with the least penalty.
+
+        Adding one number to every logit leaves the softmax unchanged, so the NLL is flat
+        along ``v`` and ``c``; the penalty is least at ``c = -mean(b)`` and ``v_k = -mean_{j != k}
+        W_jk``. Optimising through this projection removes the flat directions that the
+        penalty alone would bend only slightly (slow L-BFGS progress), without moving the optimum.
+        """
+        b = b - b.mean()
+        if self._diagonal:
+            return w, b
+        k = w.shape[0]
+        off_sum = w.sum(dim=0) - torch.diagonal(w)
+        return w - off_sum[None, :] / (k - 1), b
+
     def _penalty(self, w: Tensor, b: Tensor, k: int) -> Tensor:
         total = self.intercept / k * b.square().sum()
         if not self._diagonal and self.off_diagonal > 0:
@@ -122,18 +137,37 @@ class _AffineScaling:
         if self.intercept == 0:
             warn_absent_classes(y, k, who)
         x = self._features(g.double())
-        eye = torch.ones(k, dtype=torch.float64, device=x.device)
-        w0 = eye if self._diagonal else torch.diag(eye)
-        theta0 = torch.cat([w0.flatten(), torch.zeros(k, dtype=torch.float64, device=x.device)])
+        # L-BFGS runs on standardised features u = (x - m) / s (log-probabilities reach -50 and
+        # beyond, which makes the raw problem ill-conditioned); the map and the penalty are
+        # those of the original parameters W = W' / s, b = b' - W m, so the optimum is the same.
+        m = x.mean(dim=0)
+        s = x.std(dim=0)
+        s = torch.where(s > 1e-12, s, torch.ones_like(s))
+        u = (x - m) / s
+
+        def original(theta: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+            w1, b1 = self._unpack(theta, k)
+            w = w1 / s
+            return w1, b1, *self._representative(w, b1 - self._map(m[None, :], w, 0.0)[0])
 
         def objective(theta: Tensor) -> Tensor:
-            w, b = self._unpack(theta, k)
-            return F.cross_entropy(self._map(x, w, b), y) + self._penalty(w, b, k)
+            w1, b1, w, b = original(theta)
+            return F.cross_entropy(self._map(u, w1, b1), y) + self._penalty(w, b, k)
 
+        w0 = s if self._diagonal else torch.diag(s)  # W = I, b = 0
+        theta0 = torch.cat([w0.flatten(), m])
         theta, grad = minimise_lbfgs(objective, theta0, self.max_iter)
         warn_unconverged(who, grad, self.max_iter)
-        w, b = self._unpack(theta, k)
-        self._weights, self._bias = w.clone(), b.clone()
+        _, _, w, b = original(theta)
+        self._weights, self._bias = w.detach().clone(), b.detach().clone()
+        if self.off_diagonal == 0 and self.intercept == 0 and bool(self._map(x, w, b).argmax(1).eq(y).all()):
+            warnings.warn(
+                f"every validation prediction is correct, so {who}'s NLL keeps falling as its weights grow "
+                "and has no finite minimiser; the fit stopped where L-BFGS did. Use a harder validation set "
+                "or regularise (off_diagonal, intercept > 0)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return self
 
     def _checked(self, logits: ArrayLike) -> Tensor:
