@@ -4,7 +4,7 @@ Data flows one way: data -> model -> trainer -> run record (logits + labels)
 -> metrics / post-hoc -> plots and tables. Modules, one idea each:
 
 ``metrics``      accuracy, NLL, Brier, ECE/MCE/AdaECE/Classwise-ECE, smooth ECE, bootstrap
-``posthoc``      temperature scaling, histogram binning (fit / transform)
+``posthoc``      temperature, vector, matrix, Dirichlet and Platt scaling, isotonic, ensemble TS, histogram binning (fit / predict_proba)
 ``losses``       every training loss of the five papers, with a registry
 ``uncertainty``  sample-wise weights u_FL, u_DFL, u_gBS
 ``theory``       sympy derivations the book shows and the tests check

@@ -2,7 +2,8 @@
 
 Every calibrator follows scikit-learn's shape: construct with hyper-parameters,
 ``fit(logits, labels)`` on a validation split (returns ``self``), then
-``predict_proba(test_logits)``. All take logits ``(N, K)`` and refuse inputs that look
+``predict_proba(test_logits)`` (:class:`HistogramBinning` recalibrates the top-label
+confidence only: ``predict_confidence``). All take logits ``(N, K)`` and refuse inputs that look
 like probabilities (every row in [0, 1] summing to 1); pass ``log(probs)`` when only
 probabilities are at hand. Using a calibrator before ``fit`` raises
 :class:`NotFittedError`, a subclass of ``ValueError`` and ``AttributeError`` (as in
