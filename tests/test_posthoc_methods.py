@@ -380,3 +380,39 @@ def test_cuda_matches_cpu(make):
 
 def test_histogram_binning_is_still_exported():
     assert HistogramBinning(5).n_bins == 5
+
+
+# ----------------------------------------------------------------------------- the optimisers
+
+
+@pytest.mark.parametrize("diagonal", [False, True])
+def test_nll_derivatives_match_autograd(diagonal):
+    from calib.posthoc.scaling import _nll_derivatives
+
+    cal = VectorScaling() if diagonal else MatrixScaling()
+    g, y = _toy(n=50, k=3, seed=13)
+    design = cal._design(g)
+    theta = torch.randn(design.shape[1] * design.shape[2], dtype=torch.float64,
+                        generator=torch.Generator().manual_seed(0))
+
+    def nll(t):
+        return torch.nn.functional.cross_entropy(torch.einsum("nkd,kd->nk", design, t.view(3, -1)), y)
+
+    value, grad, hess = _nll_derivatives(design, y, theta)
+    torch.testing.assert_close(value, nll(theta))
+    torch.testing.assert_close(grad, torch.autograd.functional.jacobian(nll, theta))
+    torch.testing.assert_close(hess, torch.autograd.functional.hessian(nll, theta))
+
+
+@pytest.mark.parametrize("make", [lambda: VectorScaling(), lambda: MatrixScaling(), lambda: MatrixScaling(0.1, 0.1),
+                                  lambda: DirichletCalibration(1.0, 0.01)], ids=["vector", "matrix", "matrix-odir",
+                                                                                 "dirichlet-odir"])
+def test_newton_and_lbfgs_reach_the_same_optimum(make, monkeypatch):
+    import calib.posthoc.scaling as S
+
+    g, y = _toy(n=500, k=4, seed=14)
+    newton = _fit(make(), g, y)
+    monkeypatch.setattr(S, "_NEWTON_MAX_PARAMS", 0)
+    lbfgs = _fit(make(), g, y)
+    torch.testing.assert_close(newton.predict_proba(g), lbfgs.predict_proba(g), atol=1e-6, rtol=0)
+    torch.testing.assert_close(newton.weights, lbfgs.weights, atol=1e-4, rtol=0)
