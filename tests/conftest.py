@@ -10,7 +10,8 @@ import pytest
 matplotlib.use("Agg")
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-REFERENCE = ROOT.parent / "shared" / "reference" / "netcal-records"
+# ../shared beside the checkout; CALIB_SHARED overrides it (a git worktree elsewhere).
+REFERENCE = pathlib.Path(os.environ.get("CALIB_SHARED", ROOT.parent / "shared")) / "reference" / "netcal-records"
 
 
 @pytest.fixture(autouse=True)
