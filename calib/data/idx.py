@@ -5,7 +5,8 @@ machine learning algorithms") holds 60,000 training and 10,000 test greyscale 28
 images of 10 kinds of clothing, MIT licence. It ships as four IDX files (LeCun's MNIST
 format, the files torchvision's ``FashionMNIST`` reads), gzip-compressed or plain::
 
-    train-images-idx3-ubyte  train-labels-idx1-ubyte  t10k-images-idx3-ubyte  t10k-labels-idx1-ubyte
+    train-images-idx3-ubyte  train-labels-idx1-ubyte
+    t10k-images-idx3-ubyte   t10k-labels-idx1-ubyte
 
 An IDX file is a 4-byte magic number ``00 00 TT DD`` (``TT`` the element type, ``08`` for
 unsigned bytes; ``DD`` the number of dimensions), ``DD`` big-endian uint32 sizes, then the

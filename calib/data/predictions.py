@@ -6,15 +6,15 @@ calibration-framework, Apache License 2.0): the softmax outputs of three network
 the way Guo et al. (2017, §3) describe, so ECE, reliability diagrams and temperature
 scaling can be shown on real networks without training one.
 
-==========================  ==================  =========  ==========
-name                        network             data       accuracy
-==========================  ==================  =========  ==========
-``wrn16_4_cifar10``         WRN-16-4            CIFAR-10   91.09 %
-``lenet5_cifar10``          LeNet-5             CIFAR-10   53.08 %
-``wrn16_4_cifar100``        WRN-16-4            CIFAR-100  75.43 %
-``densenet_bc100_cifar100`` DenseNet-BC-100     CIFAR-100  75.41 %
-``lenet5_cifar100``         LeNet-5             CIFAR-100  12.46 %
-==========================  ==================  =========  ==========
+===========================  ===============  =========  ========
+name                         network          data       accuracy
+===========================  ===============  =========  ========
+``wrn16_4_cifar10``          WRN-16-4         CIFAR-10   91.09 %
+``lenet5_cifar10``           LeNet-5          CIFAR-10   53.08 %
+``wrn16_4_cifar100``         WRN-16-4         CIFAR-100  75.43 %
+``densenet_bc100_cifar100``  DenseNet-BC-100  CIFAR-100  75.41 %
+``lenet5_cifar100``          LeNet-5          CIFAR-100  12.46 %
+===========================  ===============  =========  ========
 
 Stored as float16 (``calib/data/cifar_softmax/NAME.npz``: ``probs`` N x K, ``labels`` uint8;
 4.2 MB in all): every probability is within float16 rounding (relative 2**-11) of netcal's
