@@ -27,7 +27,7 @@ densenet121                 DenseNet-BC-121 (Huang et al. 2017) in CIFAR form:  
 small_cnn                   three 3×3 conv blocks + global pooling (quick
                             profile)
 cnn5                        five 3×3 conv-BN-ReLU blocks, widths w/2w/4w/4w/4w,   98k
-                            max-pools after the 2nd and 3rd, global pooling:      (w = 16)
+                            max-pools after the 1st and 2nd, global pooling:      (w = 16)
                             the Fashion-MNIST (1×28×28) net of the quick profile
 mlp                         fully connected ReLU network (toy data, Lin et al.
                             (2024) §4.3)
@@ -301,11 +301,13 @@ class SmallCNN(Classifier):
 
 class CNN5(Classifier):
     """Five conv-BN-ReLU blocks (3×3, widths w, 2w, 4w, 4w, 4w) with 2×2 max-pooling after the
-    second and third, then global average pooling and a linear layer.
+    first and second, then global average pooling and a linear layer.
 
-    Built for Fashion-MNIST at the quick profile: a 28×28 input is seen at 28, 14 and 7
-    pixels; with ``width=16`` it has 98k parameters (10 classes, 1 channel) and trains an
-    epoch of 10,000 images in about two seconds on two CPU threads. Any input size ≥ 4×4.
+    Built for Fashion-MNIST at the quick profile: on a 28×28 input the blocks work at 28, 14
+    and 7 pixels (the three widest at 7), 5.5M multiply-adds per image; with ``width=16`` it
+    has 98k parameters (10 classes, 1 channel). Pooling after the second and third blocks
+    instead costs twice the compute for the same accuracy (87.8% vs 87.7% after 6 epochs
+    on 10,000 images, one seed). Any input size ≥ 4×4.
     """
 
     def __init__(self, num_classes: int, in_channels: int = 1, width: int = 16) -> None:
@@ -316,7 +318,7 @@ class CNN5(Classifier):
         cin = in_channels
         for i, cout in enumerate(widths):
             layers += [_conv3(cin, cout), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
-            if i in (1, 2):
+            if i in (0, 1):
                 layers.append(nn.MaxPool2d(2))
             cin = cout
         self.body = nn.Sequential(*layers)
