@@ -272,3 +272,13 @@ def test_trainer_on_fashion_mnist_with_train_size(isolated):
     assert 0 <= metrics["pre_ts"]["accuracy"] <= 1 and np.isfinite(metrics["pre_ts"]["nll"])
     with pytest.raises(ValueError, match="train_size"):
         TrainConfig(train_size=0)
+
+
+def test_sweep_loads_the_train_size_subset(isolated):
+    from calib import sweep
+    from calib.train import TrainConfig
+
+    fake.write_fashion_mnist(isolated, n_train=80, n_test=20)
+    base = dict(data="fashion_mnist", model="cnn5", data_root=str(isolated), val_size=20, epochs=1, milestones=())
+    assert sweep._data_for(TrainConfig(**base, train_size=30)).train_x.shape[0] == 30
+    assert sweep._data_for(TrainConfig(**base)).train_x.shape[0] == 60      # cached apart
