@@ -11,7 +11,7 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup lab book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium clean help
+.PHONY: all setup lab book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
 
 all: setup
 
@@ -47,7 +47,7 @@ assignments: $(STAMP)
 # THREADS=1 pins each process to one core, so two executors can share the machine.
 LIMIT := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS))
 
-book: $(STAMP)
+book: $(STAMP) fashion-mnist
 	rm -rf $(HTML)
 	$(LIMIT) $(BIN)/jupyter-book build . --builder html -W --keep-going
 	@echo "book: open $(HTML)/index.html"
@@ -55,14 +55,14 @@ book: $(STAMP)
 # Unit tests first (fast failures), then four chapter executors two at a time, one core
 # each (nbval over book/ at the quick profile, the book build, and the colab and paper
 # smoke passes), then the built-book check.
-test: test-unit chromium
+test: fashion-mnist test-unit chromium
 	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks book test-colab-colab test-colab-paper
 	$(MAKE) --no-print-directory test-browser-only
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not browser" tests
 
-test-notebooks: $(STAMP)
+test-notebooks: $(STAMP) fashion-mnist
 	$(LIMIT) $(BIN)/python -m pytest -q --nbval-lax book
 
 # The GPU profiles' code paths on a CPU: CALIB_SMOKE=1 caps the work (calib.profile.smoke,
@@ -94,6 +94,10 @@ test-browser-only: $(STAMP)
 # Debian's chromium for the built-book check; tools/ensure_chromium.sh says why when it can't.
 chromium:
 	@bash tools/ensure_chromium.sh
+
+# Real images for the quick profile: Debian's dataset-fashion-mnist (as root), else one line on how.
+fashion-mnist: $(STAMP)
+	@bash tools/ensure_fashion_mnist.sh $(BIN)/python
 
 bench: $(STAMP)
 	@for b in benchmarks/[a-z]*.py; do echo "### $$b"; $(BIN)/python $$b || exit 1; done

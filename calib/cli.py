@@ -104,7 +104,7 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     from .train.presets import PRESETS
 
     g = p.add_argument_group("what to train")
-    data_help = "dataset: cifar10, cifar100, svhn, tiny_imagenet, digits or gaussian"
+    data_help = "dataset: fashion_mnist, cifar10, cifar100, svhn, tiny_imagenet, digits or gaussian"
     if sweep:
         g.add_argument("--data", action="append", default=None,
                        help=data_help + "; repeatable or comma-separated for a grid over datasets (default: digits)")
@@ -115,6 +115,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     g.add_argument("--download", action="store_true", help="download the dataset where the network allows")
     g.add_argument("--val-size", type=_positive(int), default=None,
                    help="training examples held out for validation/temperature scaling (preset: 5000 CIFAR)")
+    g.add_argument("--train-size", type=_positive(int), default=None,
+                   help="train on this many training examples, class-balanced, chosen by --split-seed (default: all)")
     g.add_argument("--split-seed", type=int, default=0, help="seed of the train/val split")
     model_help = ("model name from calib.models.names(); resnet110 is He et al.'s 1.7M-parameter CIFAR net "
                   "(Wang et al. (2021)), resnet110_bottleneck the 45.9M-parameter net behind the ResNet-110 "
@@ -262,13 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     w.set_defaults(run=cmd_sweep, subparser=w)
 
     f = sub.add_parser("fake-data", help="write tiny synthetic datasets in the real on-disk formats",
-                       description="Write tiny random CIFAR-10/100 (python pickles), SVHN (.mat) and "
+                       description="Write tiny random Fashion-MNIST (IDX), CIFAR-10/100 (python pickles), SVHN (.mat) and "
                                    "Tiny-ImageNet (JPEG folders) under DIR, in the layout calib.data.load "
                                    "reads; with CALIB_DATA=DIR CALIB_SMOKE=1 the chapters' colab and paper "
                                    "branches run on them without a download.")
     f.add_argument("dir", metavar="DIR", help="folder to write into (created if missing)")
     f.add_argument("--only", action="append", default=None, metavar="NAME",
-                   help="write only this dataset: cifar10, cifar100, svhn or tiny_imagenet (repeatable)")
+                   help="write only this dataset: fashion_mnist, cifar10, cifar100, svhn or tiny_imagenet (repeatable)")
     f.set_defaults(run=cmd_fake_data, subparser=f)
     return parser
 
@@ -286,7 +288,7 @@ def cmd_fake_data(args: argparse.Namespace) -> int:
 
 
 _SCHEDULE = ("epochs", "milestones", "gamma_lr", "batch_size", "lr", "momentum", "weight_decay", "optimizer",
-             "val_size", "clip_grad", "ts_method", "ts_grid_step", "select")
+             "val_size", "train_size", "clip_grad", "ts_method", "ts_grid_step", "select")
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -211,7 +211,7 @@ def test_bad_split_seed():
 
 
 def test_unknown_dataset_and_names():
-    assert {"cifar10", "cifar100", "svhn", "tiny_imagenet", "digits", "gaussian",
+    assert {"fashion_mnist", "cifar10", "cifar100", "svhn", "tiny_imagenet", "digits", "gaussian",
             "gaussian_overlap"} == set(datasets())
     with pytest.raises(ValueError, match="cifar10"):
         load("imagenet")
@@ -233,7 +233,7 @@ def test_splits_checks_and_repr():
 
 def test_dataset_statistics():
     for name, (mean, std) in DATASET_STATS.items():
-        assert len(mean) == len(std) == 3 and all(0 < v < 1 for v in mean + std), name
+        assert len(mean) == len(std) == (1 if name == "fashion_mnist" else 3) and all(0 < v < 1 for v in mean + std), name
     imgs = torch.stack([torch.full((3, 2, 2), 0, dtype=torch.uint8), torch.full((3, 2, 2), 255, dtype=torch.uint8)])
     mean, std = channel_stats(imgs)
     assert mean == pytest.approx((0.5,) * 3) and std == pytest.approx((0.5,) * 3)

@@ -30,7 +30,8 @@ def test_names_cover_the_papers_models():
 def test_forward_shape_and_features_contract(name):
     model = built(name)
     size = 16 if name in BIG else 32  # global pooling makes every conv net size-agnostic
-    x = torch.randn(2, 3, size, size) if name != "mlp" else torch.randn(2, 3, 16, 16)
+    channels = 1 if name == "cnn5" else 3   # cnn5 is the Fashion-MNIST net: 1 channel by default
+    x = torch.randn(2, channels, size, size) if name != "mlp" else torch.randn(2, 3, 16, 16)
     with torch.no_grad():
         out = model(x)
         feats = model.features(x)

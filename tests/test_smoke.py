@@ -34,13 +34,14 @@ def smoke_on(monkeypatch, fake_root):
 
 # ------------------------------------------------------------------ fake data + CALIB_DATA
 @pytest.mark.parametrize("name,k,size", [("cifar10", 10, 32), ("cifar100", 100, 32), ("svhn", 10, 32),
-                                         ("tiny_imagenet", 200, 64)])
+                                         ("tiny_imagenet", 200, 64), ("fashion_mnist", 10, 28)])
 def test_fake_data_loads_through_calib_data(monkeypatch, fake_root, name, k, size):
     monkeypatch.setenv("CALIB_DATA", str(fake_root))
     monkeypatch.delenv("CALIB_SMOKE", raising=False)
     val = 200 if name == "tiny_imagenet" else 20
     s = load(name, val_size=val)   # root left at its default: $CALIB_DATA
-    assert s.num_classes == k and s.train_x.shape[1:] == (3, size, size) and s.val_x.shape[0] == val
+    channels = 1 if name == "fashion_mnist" else 3
+    assert s.num_classes == k and s.train_x.shape[1:] == (channels, size, size) and s.val_x.shape[0] == val
     assert s.train_x.dtype == torch.uint8 and 0 <= int(s.train_y.min()) and int(s.train_y.max()) < k
 
 

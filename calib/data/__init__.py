@@ -1,15 +1,23 @@
-"""Data: offline toy data with a known posterior, real image datasets, a device-resident loader.
+"""Data: real images offline, real CIFAR predictions, toy data with a known posterior, a device-resident loader.
 
-``toy``     Gaussian mixture with the true posterior eta(x); scikit-learn's bundled digits
-``splits``  the Splits container every loader returns
-``vision``  CIFAR-10/100, SVHN, Tiny-ImageNet from their on-disk formats; train/val splits
-``loader``  a loader that keeps a whole split on the device and augments a batch at once
-``splits``  the ``Splits`` container every loader returns; smoke-mode subsets
-``fake``    tiny synthetic CIFAR/SVHN/Tiny-ImageNet in the real on-disk formats
+=================  ==========================================================================
+``vision``         ``load(name, ...)``: Fashion-MNIST, CIFAR-10/100, SVHN, Tiny-ImageNet from
+                   their on-disk formats (and the toy data by name); train/val splits,
+                   ``train_size`` subsets
+``idx``            Fashion-MNIST's IDX files: a strict reader, the folders searched
+                   (``$CALIB_DATA``, Debian's ``dataset-fashion-mnist``, ``data/``), the download
+``predictions``    ``cifar_predictions(name)``: softmax outputs of WRN-16-4, DenseNet-BC-100 and
+                   LeNet-5 on the CIFAR test sets (netcal's records, Apache-2.0), in float16
+``toy``            Gaussian mixture with the true posterior eta(x); scikit-learn's bundled digits
+``splits``         the ``Splits`` container every loader returns; smoke-mode subsets
+``loader``         a loader that keeps a whole split on the device and augments a batch at once
+``fake``           tiny synthetic Fashion-MNIST/CIFAR/SVHN/Tiny-ImageNet in the real formats
+=================  ==========================================================================
 """
 from . import fake  # noqa: F401
 from .splits import *  # noqa: F401,F403
 from .toy import *  # noqa: F401,F403
-from .splits import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403
+from .idx import IDXError  # noqa: F401
+from .predictions import *  # noqa: F401,F403
 from .loader import *  # noqa: F401,F403

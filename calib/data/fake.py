@@ -2,14 +2,15 @@
 
 The pixels are random (CIFAR, SVHN) or flat colours that encode the class
 (Tiny-ImageNet), so nothing learnt from them means anything; what they exercise is the
-real reading code: CIFAR's python-pickle batches, SVHN's MATLAB files with label 10 for
+real reading code: Fashion-MNIST's (gzipped) IDX files, CIFAR's python-pickle batches, SVHN's MATLAB files with label 10 for
 the digit 0, and Tiny-ImageNet's folder of JPEGs with ``val_annotations.txt``. The tests
 of :mod:`calib.data.vision` and CI's smoke runs of the chapters (``CALIB_DATA=DIR
 CALIB_SMOKE=1``) use them. From the shell::
 
-    python -m calib fake-data DIR          # all four datasets under DIR
+    python -m calib fake-data DIR          # all five datasets under DIR
 
 ==============  ============================================================
+fashion_mnist   ``fashion-mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz``
 cifar10         ``cifar-10-batches-py/data_batch_1..5``, ``test_batch``
 cifar100        ``cifar-100-python/train``, ``test``
 svhn            ``svhn/train_32x32.mat``, ``svhn/test_32x32.mat``
@@ -27,14 +28,39 @@ from typing import Sequence
 import numpy as np
 
 from .._checks import check_positive_int
+from .idx import FOLDER as _FASHION_FOLDER
+from .idx import write_idx
 
-__all__ = ["write_cifar", "write_svhn", "write_tiny_imagenet", "write_all", "class_colour", "FAKE_WRITERS"]
+__all__ = ["write_fashion_mnist", "write_cifar", "write_svhn", "write_tiny_imagenet", "write_all", "class_colour", "FAKE_WRITERS"]
 
 
 def _root(root: str | os.PathLike) -> Path:
     if not isinstance(root, (str, os.PathLike)):
         raise TypeError(f"root must be a path, got {type(root).__name__}")
     return Path(root).expanduser()
+
+
+def write_fashion_mnist(
+    root: str | os.PathLike, *, n_train: int = 60, n_test: int = 20, seed: int = 0, compress: bool = True
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Fashion-MNIST's four IDX files under ``root/fashion-mnist`` (``.gz`` when ``compress``).
+
+    Images are random ``(n, 28, 28)`` uint8, labels cycle through 0..9 (so every class is
+    present). Returns ``{"train": (images, labels), "t10k": (images, labels)}``.
+    """
+    check_positive_int(n_train, "n_train")
+    check_positive_int(n_test, "n_test")
+    rng = np.random.default_rng(seed)
+    folder = _root(root) / _FASHION_FOLDER
+    out = {}
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        x = rng.integers(0, 256, (n, 28, 28), dtype=np.uint8)
+        y = (np.arange(n) % 10).astype(np.uint8)
+        gz = ".gz" if compress else ""
+        write_idx(folder / f"{prefix}-images-idx3-ubyte{gz}", x)
+        write_idx(folder / f"{prefix}-labels-idx1-ubyte{gz}", y)
+        out[prefix] = (x, y)
+    return out
 
 
 def write_cifar(
@@ -148,6 +174,7 @@ def write_tiny_imagenet(
 
 
 FAKE_WRITERS = {
+    "fashion_mnist": lambda root: write_fashion_mnist(root, n_train=200, n_test=64),
     "cifar10": lambda root: write_cifar(root, hundred=False, per_batch=40, n_test=64),
     "cifar100": lambda root: write_cifar(root, hundred=True, per_batch=40, n_test=64),
     "svhn": lambda root: write_svhn(root, n_train=200, n_test=64),
@@ -158,7 +185,7 @@ FAKE_WRITERS = {
 def write_all(root: str | os.PathLike, names: Sequence[str] | None = None) -> list[str]:
     """Write each dataset in ``names`` (default: all of :data:`FAKE_WRITERS`) under ``root``.
 
-    Sizes are the smoke-mode ones: CIFAR 200 training and 64 test images, SVHN 200 / 64,
+    Sizes are the smoke-mode ones: Fashion-MNIST, CIFAR and SVHN 200 training and 64 test images,
     Tiny-ImageNet two 64 x 64 training images for each of the 200 classes and 64
     validation images. Returns the names written.
     """

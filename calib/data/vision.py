@@ -9,12 +9,19 @@ Protocol (Mukhoti et al. (2020) App. B; Lin et al. (2024) §5 "Training Setup"):
 training set by a seeded permutation and serve for model selection and for fitting the
 temperature. For Tiny-ImageNet the official validation set (10,000 images with
 ``val_annotations.txt``) is the test split and 50 training images per class (10,000)
-form the validation split, as in Mukhoti et al. (2020) App. B.
+form the validation split, as in Mukhoti et al. (2020) App. B. Fashion-MNIST (60,000
+training and 10,000 test images, 1 x 28 x 28) is split like CIFAR: 55,000 / 5,000.
+``train_size`` then keeps a class-balanced seeded subset of the training split
+(:func:`stratified_subset`), e.g. the 10,000 images the quick-profile chapters train on.
 
 Files each loader expects under ``root`` (``download=True`` fetches them where the
 network allows; otherwise the error message says where to put which file):
 
 ==============  ==========================================================================
+fashion_mnist   ``fashion-mnist/train-images-idx3-ubyte``, ``train-labels-idx1-ubyte``,
+                ``t10k-images-idx3-ubyte``, ``t10k-labels-idx1-ubyte`` (IDX, ``.gz`` or plain;
+                also found in torchvision's ``FashionMNIST/raw/`` and in Debian's
+                ``/usr/share/datasets/fashion-mnist/``, see :mod:`calib.data.idx`)
 cifar10         ``cifar-10-batches-py/data_batch_1..5``, ``test_batch`` (python pickles)
 cifar100        ``cifar-100-python/train``, ``test`` (python pickles, fine labels)
 svhn            ``svhn/train_32x32.mat``, ``svhn/test_32x32.mat`` (MATLAB, label 10 = digit 0)
@@ -40,9 +47,11 @@ import torch
 
 from .. import profile as _profile
 from .._checks import check_positive_int
+from . import idx as _idx
 from .splits import Splits, smoke_subset
 
-__all__ = ["DownloadError", "load", "datasets", "split_indices", "channel_stats", "DATASET_STATS"]
+__all__ = ["DownloadError", "load", "datasets", "split_indices", "stratified_subset", "channel_stats",
+           "DATASET_STATS"]
 
 Tensor = torch.Tensor
 
@@ -50,8 +59,10 @@ Tensor = torch.Tensor
 # common use for each dataset. The focal-loss code lineage (Mukhoti et al. (2020)) normalises CIFAR-10,
 # CIFAR-100 and SVHN alike with std (0.2023, 0.1994, 0.2010), which is not the pixel std
 # of any of them; we use each dataset's own statistics. Tiny-ImageNet follows that
-# lineage's choice, the ImageNet statistics.
+# lineage's choice, the ImageNet statistics. Fashion-MNIST's are those of its 60,000 training
+# images (computed with channel_stats: 0.28604, 0.35302).
 DATASET_STATS: dict[str, tuple[tuple[float, ...], tuple[float, ...]]] = {
+    "fashion_mnist": ((0.2860,), (0.3530,)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
     "cifar100": ((0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)),
     "svhn": ((0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970)),
@@ -106,6 +117,31 @@ def _stratified_head(perm: Tensor, labels: Tensor, val_size: int) -> Tensor:
     starts = torch.cumsum(counts, 0) - counts
     rank = torch.arange(perm.numel()) - starts[lab[order]]
     return perm[order[rank < per_class]]
+
+
+def stratified_subset(labels: Tensor, size: int, seed: int) -> Tensor:
+    """``size`` indices into ``labels``, as class-balanced as the classes allow, chosen by ``seed``.
+
+    The indices are shuffled by a seeded permutation, ranked within their class in that
+    order, and taken by rank (every class's first example, then every class's second, ...;
+    ties by permutation position), so each class gets ``size / K`` examples (±1) while it has
+    them. Returned sorted; they depend only on ``(labels, size, seed)``.
+    """
+    n = labels.shape[0]
+    check_positive_int(size, "train_size")
+    if size > n:
+        raise ValueError(f"train_size must be <= {n} (the training examples left after the validation split), "
+                         f"got {size}")
+    gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 0x7EA1]).generate_state(1)[0]))
+    perm = torch.randperm(n, generator=gen)
+    lab = labels[perm].long()
+    order = torch.argsort(lab, stable=True)
+    counts = torch.bincount(lab)
+    starts = torch.cumsum(counts, 0) - counts
+    rank = torch.empty(n, dtype=torch.long)
+    rank[order] = torch.arange(n) - starts[lab[order]]
+    take = torch.argsort(rank * n + torch.arange(n))[:size]      # by rank, then by permutation position
+    return perm[take].sort().values
 
 
 def channel_stats(images: Tensor) -> tuple[tuple[float, ...], tuple[float, ...]]:
@@ -325,13 +361,14 @@ def _download_tiny(root: Path) -> None:
 
 # --------------------------------------------------------------------------- public
 _READERS: dict[str, Callable[[Path, bool], tuple[Tensor, Tensor, Tensor, Tensor]]] = {
+    "fashion_mnist": lambda root, dl: _idx.fashion_mnist_arrays(root, dl),
     "cifar10": lambda root, dl: _cifar(root, dl, hundred=False),
     "cifar100": lambda root, dl: _cifar(root, dl, hundred=True),
     "svhn": _svhn,
     "tiny_imagenet": _tiny_imagenet,
 }
-_CLASSES = {"cifar10": 10, "cifar100": 100, "svhn": 10, "tiny_imagenet": 200}
-_VAL_SIZE = {"cifar10": 5000, "cifar100": 5000, "svhn": 5000, "tiny_imagenet": 10_000}
+_CLASSES = {"fashion_mnist": 10, "cifar10": 10, "cifar100": 100, "svhn": 10, "tiny_imagenet": 200}
+_VAL_SIZE = {"fashion_mnist": 5000, "cifar10": 5000, "cifar100": 5000, "svhn": 5000, "tiny_imagenet": 10_000}
 
 
 _TOY_NAMES = ("digits", "gaussian", "gaussian_overlap")  # calib.data.toy: no files, fixed splits
@@ -349,36 +386,45 @@ def load(
     val_size: int | None = None,
     split_seed: int = 0,
     download: bool = False,
+    train_size: int | None = None,
 ) -> Splits:
     """Load dataset ``name`` from ``root`` as train / validation / test tensors.
 
     ``val_size`` training examples, chosen by :func:`split_indices` with ``split_seed``,
-    become the validation split. ``None`` means the papers' protocol: 5,000 for CIFAR and
-    SVHN (CIFAR: 50,000 -> 45,000 + 5,000; Mukhoti et al. (2020) App. B, Lin et al. (2024) §5 "Training Setup") and
+    become the validation split. ``None`` means the papers' protocol: 5,000 for CIFAR,
+    Fashion-MNIST and SVHN (CIFAR: 50,000 -> 45,000 + 5,000; Mukhoti et al. (2020) App. B, Lin et al. (2024) §5 "Training Setup") and
     10,000 for Tiny-ImageNet, 50 per class (Mukhoti et al. (2020) App. B; its ``val_size`` must be a
-    multiple of the number of classes). Images stay ``uint8``; pass ``splits.mean`` and
-    ``splits.std`` to :class:`calib.data.DeviceLoader` to normalise on the device.
+    multiple of the number of classes). ``train_size`` (default: all) keeps that many of the
+    remaining training examples, class-balanced and chosen by ``split_seed``
+    (:func:`stratified_subset`); the validation and test splits do not depend on it.
+    Images stay ``uint8``; pass ``splits.mean`` and ``splits.std`` to
+    :class:`calib.data.DeviceLoader` to normalise on the device.
 
     ``digits``, ``gaussian`` and ``gaussian_overlap`` build the offline toy data of :mod:`calib.data.toy` with
-    ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` is
-    refused with ``ValueError`` rather than silently ignored).
+    ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` or
+    ``train_size`` is refused with ``ValueError`` rather than silently ignored).
 
     ``root`` defaults to ``$CALIB_DATA``, else ``"data"`` (:func:`calib.profile.data_root`;
-    the conventional ``"data"`` also yields to ``$CALIB_DATA``). In smoke mode
+    the conventional ``"data"`` also yields to ``$CALIB_DATA``). Fashion-MNIST is also looked
+    for in Debian's ``/usr/share/datasets/fashion-mnist`` and then under ``data/``
+    (:func:`calib.data.idx.find_fashion_mnist`). In smoke mode
     (``CALIB_SMOKE=1``) ``val_size`` is cut to a quarter of the training files at most
     and every split to :data:`calib.profile.SMOKE_CAPS` (:func:`calib.data.splits.smoke_subset`).
 
     Raises ``FileNotFoundError`` naming the expected files when they are missing and
-    ``download`` is False, and :class:`DownloadError` (one message: the dataset, its URL
-    and where to put the files by hand) when ``download`` fails.
+    ``download`` is False, :class:`DownloadError` (one message: the dataset, its URL
+    and where to put the files by hand) when ``download`` fails, and ``ValueError`` naming
+    the file for a corrupt one (:class:`calib.data.idx.IDXError` for the IDX files).
     """
     if not isinstance(name, str):
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.lower().replace("-", "_")
     if key in _TOY_NAMES:
-        if val_size is not None:
-            raise ValueError(f"val_size does not apply to {key!r}: its train/val/test split is fixed by "
-                             "calib.data.toy; leave val_size=None (CLI: no --val-size)")
+        for arg, value in (("val_size", val_size), ("train_size", train_size)):
+            if value is not None:
+                flag = "--" + arg.replace("_", "-")
+                raise ValueError(f"{arg} does not apply to {key!r}: its train/val/test split is fixed by "
+                                 f"calib.data.toy; leave {arg}=None (CLI: no {flag})")
         return _toy(key, split_seed)
     if key not in _READERS:
         raise ValueError(f"unknown dataset {name!r}; choose one of {', '.join(datasets())}")
@@ -386,6 +432,8 @@ def load(
         raise TypeError(f"download must be a bool, got {type(download).__name__}")
     if val_size is not None and (isinstance(val_size, bool) or not isinstance(val_size, (int, np.integer))):
         raise TypeError(f"val_size must be an int or None, got {type(val_size).__name__}")  # before slow reads
+    if train_size is not None:
+        check_positive_int(train_size, "train_size")
     root = _profile.data_root(root)
     train_x, train_y, test_x, test_y = _READERS[key](Path(root).expanduser(), download)
     k = _CLASSES[key]
@@ -398,6 +446,10 @@ def load(
     if _profile.smoke():
         val_size = _smoke_val_size(val_size, train_y, stratify is not None)
     tr, va = split_indices(train_x.shape[0], val_size, split_seed, labels=stratify)
+    if train_size is not None:
+        if _profile.smoke():
+            train_size = min(train_size, tr.numel())
+        tr = tr[stratified_subset(train_y[tr], train_size, split_seed)]
     mean, std = DATASET_STATS[key]
     return smoke_subset(Splits(
         train_x[tr], train_y[tr], train_x[va], train_y[va], test_x, test_y,

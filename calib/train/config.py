@@ -56,7 +56,8 @@ class TrainConfig:
     (SGD 0.1, momentum 0.9, wd 5e-4,
     batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
     to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
-    ``val_size=None`` keeps the data loader's default split. ``augment=None`` turns random
+    ``val_size=None`` keeps the data loader's default split; ``train_size`` trains on a
+    class-balanced seeded subset of the training split (``calib.data.load``). ``augment=None`` turns random
     crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
     where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
@@ -109,6 +110,7 @@ class TrainConfig:
     profile: str | None = None
     seed: int = 0
     val_size: int | None = None
+    train_size: int | None = None
     split_seed: int = 0
     data_root: str = "data"
     download: bool = False
@@ -147,8 +149,9 @@ class TrainConfig:
             check_positive_int(getattr(self, name), name)
         check_positive_int(self.seed, "seed", minimum=0)
         check_positive_int(self.split_seed, "split_seed", minimum=0)
-        if self.val_size is not None:
-            check_positive_int(self.val_size, "val_size", minimum=1)
+        for name in ("val_size", "train_size"):
+            if getattr(self, name) is not None:
+                check_positive_int(getattr(self, name), name, minimum=1)
         for name in ("lr", "momentum", "weight_decay", "gamma_lr"):
             check_nonnegative(getattr(self, name), name)
         if self.lr <= 0:

@@ -198,8 +198,9 @@ class Trainer:
         from .. import data as cdata
 
         kw: dict[str, Any] = {}
-        if self.config.val_size is not None:
-            kw["val_size"] = self.config.val_size
+        for name in ("val_size", "train_size"):
+            if getattr(self.config, name) is not None:
+                kw[name] = getattr(self.config, name)
         return cdata.load(self.config.data, self.config.data_root, split_seed=self.config.split_seed,
                           download=self.config.download, **kw)
 
