@@ -183,8 +183,11 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
     s.add_argument("--augment", action=argparse.BooleanOptionalAction, default=None,
                    help="random crop + flip (default: on for CIFAR and Tiny-ImageNet)")
     s.add_argument("--clip-grad", type=_positive(float), default=None, metavar="NORM",
-                   help="clip the gradient norm to NORM before each step (Mukhoti et al. (2020)'s code: 2; "
-                        "default: the preset's, else off)")
+                   help="clip the gradient norm to NORM before each step (the authors' code of Lin et al. (2024) "
+                        "and Mukhoti et al. (2020): 2; default: the preset's, else off)")
+    s.add_argument("--loss-reduction", choices=("mean", "sum"), default=None,
+                   help="train on the batch mean or the batch sum of the loss (the authors' code of Lin et al. "
+                        "(2024) and Mukhoti et al. (2020): sum; default: the preset's, else mean)")
 
     r = p.add_argument_group("running")
     if sweep:
@@ -288,7 +291,7 @@ def cmd_fake_data(args: argparse.Namespace) -> int:
 
 
 _SCHEDULE = ("epochs", "milestones", "gamma_lr", "batch_size", "lr", "momentum", "weight_decay", "optimizer",
-             "val_size", "train_size", "clip_grad", "ts_method", "ts_grid_step", "select")
+             "val_size", "train_size", "clip_grad", "loss_reduction", "ts_method", "ts_grid_step", "select")
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:

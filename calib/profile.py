@@ -4,7 +4,8 @@
   ``make book``).
 * ``colab``: one GPU (a free Colab T4 is the yardstick), real CIFAR, under an hour a
   chapter (default when CUDA is present).
-* ``paper``: the papers' exact protocols (350 epochs, 45k/5k split, ...).
+* ``paper``: the papers' protocols as their text and the authors' code fix them (350 epochs, 45k/5k split,
+  loss summed over the batch and gradient norm clipped at 2 where the code does that, ...).
 
 Chapters read the profile once at the top::
 

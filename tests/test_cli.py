@@ -129,6 +129,8 @@ def test_config_from_args_paper_presets_and_protocol_flags():
     assert cfg("--preset", "lin2024", "--ts-method", "nll", "--clip-grad", "5").clip_grad == 5.0
     assert cfg("--preset", "lin2024", "--ts-method", "nll").ts_method == "nll"
     assert cfg("--preset", "wang2024").select == "best_val"
+    assert (lin.loss_reduction, cfg("--preset", "wang2024").loss_reduction) == ("sum", "mean")
+    assert cfg("--preset", "lin2024", "--loss-reduction", "mean").loss_reduction == "mean"
     plain = cfg()
     assert (plain.ts_method, plain.clip_grad, plain.select, plain.keep_epoch_logits) == ("nll", None, "last", False)
     flags = cfg("--select", "best_val", "--ts-grid-step", "0.01", "--keep-epoch-logits")

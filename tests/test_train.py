@@ -419,3 +419,43 @@ def test_training_curves_validates(finished_run):
         plots.training_curves({}, ["test_ece"])
     with pytest.raises(ValueError, match="panels"):
         plots.training_curves({"CE": hist}, "test_ece")
+
+
+# ----------------------------------------------------------------------------- loss reduction
+
+
+def _one_step(reduction: str, lr: float, loss: str = "focal") -> tuple[dict[str, torch.Tensor], float]:
+    cfg = tiny(loss=loss, loss_kwargs={"gamma": 2.0} if loss == "focal" else {}, loss_reduction=reduction,
+               lr=lr, momentum=0.0, weight_decay=0.0, epochs=1)
+    trainer = Trainer(cfg)
+    x, y = trainer.data.train_x[:64], trainer.data.train_y[:64]
+    out = trainer.train_step(x, y)
+    assert torch.isfinite(out["loss"])
+    return {k: v.detach().clone() for k, v in trainer.model.state_dict().items()}, float(out["loss"])
+
+
+@pytest.mark.parametrize("loss", ["focal", "ce", "mmce"])
+def test_summed_loss_is_the_mean_with_a_batch_size_larger_step(loss):
+    """SGD on the batch sum with lr/N takes exactly the step of the batch mean with lr (no momentum, no decay)."""
+    summed, reported_sum = _one_step("sum", 0.1 / 64, loss)
+    mean, reported_mean = _one_step("mean", 0.1, loss)
+    for k in mean:
+        torch.testing.assert_close(summed[k], mean[k], rtol=1e-5, atol=1e-6)
+    assert reported_sum == pytest.approx(reported_mean, rel=1e-6)  # the reported loss is the mean either way
+    bigger, _ = _one_step("sum", 0.1, loss)  # same lr: a 64 times larger step
+    start = Trainer(tiny(loss=loss, epochs=1)).model.state_dict()
+
+    def moved(state):
+        return sum(float((state[k] - start[k]).norm()) for k in state if state[k].is_floating_point())
+
+    assert moved(bigger) > 10 * moved(mean)
+
+
+def test_loss_reduction_is_validated_and_set_by_the_papers_presets():
+    with pytest.raises(ValueError, match="loss_reduction must be one of"):
+        tiny(loss_reduction="total")
+    with pytest.raises(ValueError, match="loss_reduction='sum' is for the standard trainer"):
+        tiny(loss_reduction="sum", meta="gamma_net")
+    assert PRESETS["lin2024"]["loss_reduction"] == PRESETS["mukhoti2020"]["loss_reduction"] == "sum"
+    assert TrainConfig.from_preset("lin2024", profile="quick").clip_grad == 2.0
+    assert TrainConfig().loss_reduction == "mean"

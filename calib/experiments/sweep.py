@@ -388,12 +388,11 @@ def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | 
         raise SweepError(f"bad training setting: {exc}") from None
 
 
-
 def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
     """A short text: how many runs and epochs, and the protocol of the cells (from their configs)."""
     cfgs = [cfg for _, cfg in planned]
     keys = ("profile", "preset", "epochs", "milestones", "lr", "batch_size", "weight_decay", "val_size",
-            "train_size", "select", "ts_method", "ts_grid_step", "clip_grad")
+            "train_size", "select", "ts_method", "ts_grid_step", "clip_grad", "loss_reduction")
     lines = [f"{len(planned)} runs, {sum(c.epochs for c in cfgs)} epochs in all"]
     for k in keys:
         values = list(dict.fromkeys(json.dumps(getattr(c, k)) for c in cfgs))

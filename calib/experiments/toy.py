@@ -14,10 +14,12 @@ What Lin et al. 2024, §4.3 leaves open and we chose (documented so the numbers 
   type-checks, so the default ``error="l2"`` is ``‖η(x) − p̂(x)‖₂``. ``"sq"`` is its square
   (the quantity in Lin et al. 2024, Eq. 12) and ``"top"`` is ``|η_ŷ(x) − p̂_ŷ(x)|`` on the predicted class.
 * *Labels in the weights.* u depends on the one-hot label y; we use each test point's
-  sampled class, as in training.
+  sampled class, as in training. Lin et al. 2024, Eqs. 7-8 write the weights with the
+  predicted class's probability p̂_c; calib evaluates u(p̂, y) at the label.
 * *Network and optimiser.* "a two layer CNN" on 2-D points: we use an MLP with two linear
   layers (``calib.models.make("mlp", 5, in_features=2, hidden=(hidden,))``), Adam (lr 1e-3),
-  batch 128, 5 epochs, unnormalised inputs. The paper gives no optimiser.
+  batch 128, 5 epochs, unnormalised inputs, trained with cross-entropy. The paper states
+  neither the optimiser nor the loss.
 * *Grid search.* Each weight's grid point is chosen by the mean correlation over the seeds
   (an optimistic choice, like any selection on the evaluation data; the paper does not say
   how it selected). FL and DFL search γ; gBS searches γ and the norm order β.

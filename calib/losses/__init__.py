@@ -24,7 +24,9 @@ Conventions, shared by every loss:
   ``"mean"`` is the batch value, ``"none"`` repeats it for every sample and ``"sum"`` is N
   times it, so that ``mean == sum / N == none.mean()`` holds for every loss here. As
   penalties they are added to the mean CE: ``ce_dece`` is ``CE + λ·DECE`` and ``ce_sece`` is
-  ``CE + λ·SECE`` (``mmce`` is always ``CE + λ·MMCE_w``, as Kumar et al. train it).
+  ``CE + λ·SECE``, calib's own direct-penalty variants (Wang & Golebiowski's Table 1 rows
+  "CE-DECE"/"CE-SECE" are meta-learned L2 regularisation, :mod:`calib.train.meta`);
+  ``mmce`` is always ``CE + λ·MMCE_w``, as Kumar et al. train it.
 
 Sources: Lin et al. (2024) (BSCE-GRA), Wang & Golebiowski (2024) (gamma-Net + SECE), the
 student report (2021) (a comparison of regularisers), Wang et al. (2021) (calibrated vs

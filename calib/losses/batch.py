@@ -196,7 +196,11 @@ def ce_dece_loss(
     acc_temperature: float = 0.01,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """``L = CE + λ·DECE`` (DECE as a penalty; Bohdal et al. 2021, Wang & Golebiowski (2024), Table 1 "CE-DECE")."""
+    """``L = CE + λ·DECE``: DECE (Bohdal et al. 2021) as a direct penalty, calib's own variant.
+
+    Not Wang & Golebiowski (2024), Table 1 "CE-DECE": that row is meta-learned L2
+    regularisation with DECE as the meta-objective (:mod:`calib.train.meta`, ``meta="l2_reg"``).
+    """
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
@@ -229,7 +233,11 @@ def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, re
 def ce_sece_loss(
     logits: ArrayLike, targets: ArrayLike, lam: float = 1.0, bandwidth: float = 0.01, reduction: Reduction = "mean"
 ) -> Tensor:
-    """``L = CE + λ·SECE`` (SECE as a penalty; Wang & Golebiowski 2024, Table 1 "CE-SECE")."""
+    """``L = CE + λ·SECE``: SECE (Wang & Golebiowski 2024, §4.2) as a direct penalty, calib's own variant.
+
+    Not Wang & Golebiowski (2024), Table 1 "CE-SECE": that row is meta-learned L2
+    regularisation with SECE as the meta-objective (:mod:`calib.train.meta`, ``meta="l2_reg"``).
+    """
     x, y = _prepare(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))

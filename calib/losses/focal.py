@@ -48,7 +48,8 @@ def flsd53_loss(
     threshold: float = 0.2,
     reduction: Reduction = "mean",
 ) -> Tensor:
-    """FLSD-53: focal loss with a sample-dependent γ (Mukhoti et al. 2020, §5; Lin et al. 2024, §5.1).
+    """FLSD-53: focal loss with a sample-dependent γ (Lin et al. 2024, §5 and App. 11, who credit it to
+    the NeurIPS version of Mukhoti et al. 2020).
 
     ``γ_i = gamma_high if p̂_{i,y} < threshold else gamma_low`` (5 below 0.2, else 3), chosen
     from the true-class probability; γ is a constant (no gradient flows through the choice).

@@ -226,7 +226,8 @@ def u_dfl(probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0) -> Tensor:
     non-target probability is *above* ``p_y``.
 
     Returns:
-        ``(N,)`` weights in [0, 2^γ].
+        ``(N,)`` weights in [0, 1]: with ``p_j < p_y`` and ``p_j + p_y ≤ 1`` the base
+        ``1 − p_y + p_j`` lies in ``[2 p_j, 1)`` (1 only where ``p_y`` underflows to 0).
     """
     p, y = _check_probs(probs, targets)
     return (_rest(p, y) + _rival(p, y)) ** _as_exponent(check_gamma(gamma, p.shape[0]), p)

@@ -11,8 +11,9 @@ Sections (papers by author and year, as in the book):
 * Focal loss as entropy regularisation (Mukhoti et al. 2020, App. A, student report 2021, Thm 2): Bernoulli's inequality,
   the bound chain ``L_f >= L_CE - gamma H(p) = KL(q||p) + H(q) - gamma H(p)``, and the
   binary optimum of Mukhoti et al. 2020, Fig. A.1.
-* The gradient factor ``g(p, gamma)`` (Lin et al. 2024, §4.1), its peak ``p0``, the ``g = 1``
-  crossing, and the Lambert-W schedule behind FLSD-53.
+* The gradient factor ``g(p, gamma)`` (Lin et al. 2024, §4.1), its peak ``p_star`` (``p0`` in Lin et al.
+  2024, §4.1), the ``g = 1`` crossing, and a Lambert-W schedule that FLSD-53's rule approximates
+  (our reconstruction).
 * The Brier identity (Lin et al. 2024, Eq. 12 and App. 8). Its decompositions (Murphy; reliability +
   grouping loss) and proper scoring rules are in :mod:`calib.theory.scoring`; focal bounds for
   every ``gamma >= 0`` in :mod:`calib.theory.focal_bounds`; the GRA update field (curl,

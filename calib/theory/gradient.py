@@ -167,7 +167,11 @@ def gradient_ratio(
 
 
 def lambert_gamma_derivation() -> Derivation:
-    """The Lambert-W schedule of focal loss (Mukhoti et al. 2020, NeurIPS version §4; cited by Wang & Golebiowski 2024, §3).
+    """A Lambert-W schedule for focal loss's gamma, reconstructed by us.
+
+    Wang & Golebiowski (2024, §3.2) credit a Lambert-W rule to the NeurIPS version of Mukhoti
+    et al. (2020); the workshop version in our seeds has neither it nor FLSD-53, which comes
+    from Lin et al. (2024, §5, App. 11).
 
     FLSD picks, for a threshold ``p0``, the ``gamma`` at which the focal gradient of a sample
     with true-class probability ``p0`` equals the CE gradient: ``g(p0, gamma) = 1``. Then
@@ -201,7 +205,7 @@ def lambert_gamma_derivation() -> Derivation:
     u_branch = u_principal[0].replace(sp.LambertW, lambda arg, *rest: sp.LambertW(arg, k))
     gamma_branch = gamma_of_u.subs(u, u_branch).subs({a: 1 - p0, c: sp.log(1 - p0) / (p0 * sp.log(p0))})
     return Derivation(
-        "Lambert-W schedule: g(p0, gamma) = 1 (Mukhoti et al. 2020)",
+        "Lambert-W schedule: g(p0, gamma) = 1 (reconstructed)",
         {
             "equation": equation,
             "u_definition": sp.Eq(u, u_def),
@@ -225,7 +229,8 @@ def _lambert_gamma_expr() -> tuple[sp.Symbol, sp.Symbol, sp.Expr]:
 
 
 def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np.ndarray:
-    """``gamma`` solving ``g(p0, gamma) = 1``: the Lambert-W schedule of focal loss (Mukhoti et al. 2020).
+    """``gamma`` solving ``g(p0, gamma) = 1``: the Lambert-W schedule (our reconstruction, see
+    :func:`lambert_gamma_derivation`).
 
     ``gamma = (z + W_k(-z e^{-z})) / log(1 - p0)`` with
     ``z = (1 - p0) log(1 - p0) / (p0 log p0)``; ``k = -1`` is the non-trivial branch

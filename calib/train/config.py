@@ -26,6 +26,7 @@ AMP_MODES = ("off", "auto", "bf16", "fp16")
 
 
 SELECT_MODES = ("last", "best_val")
+LOSS_REDUCTIONS = ("mean", "sum")
 
 
 
@@ -73,11 +74,16 @@ class TrainConfig:
       select their models; the chosen epoch is recorded in ``metrics.json``.
     * ``ts_method``: which temperature fit fills ``post_ts``/``temperature`` of ``metrics.json``:
       ``"nll"`` (Guo et al.) or ``"grid"`` (lowest validation ECE over ``ts_grid_step``,
-      ``2 ts_grid_step``, ..., 10; Mukhoti et al. (2020) and Lin et al. (2024) use a 0.1 step,
+      ``2 ts_grid_step``, ..., 10; Lin et al. (2024), §5 use a 0.1 step (Mukhoti et al. (2020) state no grid),
       Wang et al. (2021) 0.01). Both fits are always recorded under ``metrics["ts"]``.
+    * ``loss_reduction``: ``"mean"`` (default) trains on the batch mean of the loss,
+      ``"sum"`` on its batch sum, as the authors' code of Lin et al. (2024) and Mukhoti
+      et al. (2020) does (``--loss-mean`` off by default); with SGD the sum is the mean with
+      a learning rate and a weight-decay ratio scaled by the batch size, and with
+      ``clip_grad`` nearly every step is clipped. The meta trainers always average.
     * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
-      of :meth:`Trainer.train_step` (the public code of Mukhoti et al. (2020) clips at 2);
-      ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
+      of :meth:`Trainer.train_step` (the authors' code of Lin et al. (2024) and the public
+      focal-loss code clip at 2, and sum the loss over the batch); ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
     * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.mixup`;
       Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
     * ``keep_epoch_logits``: save the validation and test logits after every epoch under
@@ -130,6 +136,7 @@ class TrainConfig:
     select: str = "last"
     ts_grid_step: float = 0.1
     clip_grad: float | None = None
+    loss_reduction: str = "mean"
     keep_epoch_logits: bool = False
     fsync: bool = True
     checkpoint_every: int = 1
@@ -166,6 +173,11 @@ class TrainConfig:
             raise ValueError(f"amp must be one of {AMP_MODES}, got {self.amp!r}")
         if self.ts_method not in TS_METHODS:
             raise ValueError(f"ts_method must be 'nll' or 'grid', got {self.ts_method!r}")
+        if self.loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {self.loss_reduction!r}")
+        if self.loss_reduction == "sum" and self.meta != "none":
+            raise ValueError(f"loss_reduction='sum' is for the standard trainer; meta={self.meta!r} averages the loss "
+                             "(Wang & Golebiowski (2024) give no code to follow)")
         if self.select not in SELECT_MODES:
             raise ValueError(f"select must be one of {SELECT_MODES}, got {self.select!r}")
         if isinstance(self.ts_grid_step, bool) or not isinstance(self.ts_grid_step, (int, float)) \
@@ -200,7 +212,7 @@ class TrainConfig:
     def from_preset(cls, preset: str, profile: str | None = None, **overrides: Any) -> "TrainConfig":
         """The ``preset`` schedule scaled to ``profile`` (default: the active one), then ``overrides``.
 
-        ``paper`` gives the exact protocol; ``colab``/``quick`` cut the epochs (see
+        ``paper`` gives the paper's protocol as far as the paper and the authors' public code fix it; ``colab``/``quick`` cut the epochs (see
         :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Presets (see
         :mod:`calib.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
         protocols ``lin2024``, ``mukhoti2020``, ``wang2024`` and ``wang2021``, which also set

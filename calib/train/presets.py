@@ -1,7 +1,7 @@
 """The papers' training protocols as data: schedules, post-hoc settings, seeds.
 
 A *preset* is a dict of :class:`calib.train.TrainConfig` fields. :meth:`TrainConfig.from_preset`
-scales its schedule to a profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs, the
+scales its schedule to a profile (``paper`` the paper's stated schedule; ``colab`` and ``quick`` fewer epochs, the
 milestones scaled in proportion, see :data:`PRESET_EPOCHS` and :func:`scaled_milestones`).
 
 Two kinds of preset:
@@ -36,13 +36,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                           batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=10000),
     # Lin et al. (2024), Table 1: the CIFAR schedule above; T by grid search on validation ECE over
     # {0.1, 0.2, ..., 10} (§5, "Training Setup"; their T = 0 is no temperature and is left out);
-    # gradient norm clipped at 2, as in the code base of Mukhoti et al. (2020) that the
-    # paper follows ("Our training setup follows prior works").
-    "lin2024": dict(_CIFAR, ts_method="grid", ts_grid_step=0.1, clip_grad=2.0),
-    # Mukhoti et al. (2020), Table 1: the CIFAR schedule; T cross-validated on ECE over
-    # {0.1, ..., 10} (Table 1 caption); the authors' public training loop
-    # (torrvision/focal_calibration, train_utils.py) clips the gradient norm at 2.
-    "mukhoti2020": dict(_CIFAR, ts_method="grid", ts_grid_step=0.1, clip_grad=2.0),
+    # the authors' code (Jinxu-Lin/BSCE-GRA, train.py and Utils/train_utils.py) sums the loss
+    # over the batch (--loss-mean off by default) and clips the gradient norm at 2.
+    "lin2024": dict(_CIFAR, ts_method="grid", ts_grid_step=0.1, clip_grad=2.0, loss_reduction="sum"),
+    # Mukhoti et al. (2020), Table 1: the CIFAR schedule; T cross-validated on ECE (Table 1
+    # caption; no grid stated, we use Lin et al. (2024) §5's {0.1, ..., 10}); the authors'
+    # public training loop (torrvision/focal_calibration, train_utils.py) sums the loss over
+    # the batch (--loss-mean off by default) and clips the gradient norm at 2.
+    "mukhoti2020": dict(_CIFAR, ts_method="grid", ts_grid_step=0.1, clip_grad=2.0, loss_reduction="sum"),
     # Wang & Golebiowski (2024), Table 1 (§5 "Implementation Details"): SGD lr 0.1, momentum 0.9,
     # wd 5e-4, up to 350 epochs, lr / 10 at 150 and 250, batch 128, model selection on the best
     # validation error. Their 8:1:1 train/val/meta-val split of the 50k CIFAR training images

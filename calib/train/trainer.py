@@ -20,7 +20,7 @@ Schedules (Lin et al. (2024) §5 "Training setup"; Mukhoti et al. (2020) App. B)
 momentum 0.9, weight decay 5e-4,
 batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
 Tiny-ImageNet: divided at 40 and 60 of 100. :data:`~calib.train.presets.PRESETS` holds them; :meth:`TrainConfig.from_preset`
-scales them to the active profile (``paper`` exact; ``colab`` and ``quick`` fewer epochs
+scales them to the active profile (``paper`` the paper's stated schedule; ``colab`` and ``quick`` fewer epochs
 with the milestones scaled in proportion, see :data:`PRESET_EPOCHS`).
 
 The trainer is meant to be subclassed (:mod:`calib.train.meta` does): override :meth:`Trainer.train_step`,
@@ -295,6 +295,12 @@ class Trainer:
         over the epoch and converts to float once per epoch, so a GPU never waits on the host.
         The forward pass runs under autocast; the loss is computed in float32. A batch on
         another device is moved to the trainer's (a no-op for the loaders' batches).
+
+        ``config.loss_reduction="sum"`` differentiates the batch *sum* of the loss, as the
+        authors' code of Lin et al. (2024) and Mukhoti et al. (2020) does by default: every
+        calib loss has ``sum == N · mean``, so the mean is scaled by the batch size (and by
+        the number of processes under DDP, which averages gradients over ranks). The
+        reported ``loss`` stays the per-sample mean either way.
         """
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self.net.train()
@@ -308,8 +314,9 @@ class Trainer:
         loss = self.criterion(logits.float(), y) if mixed is None else mixed.loss(self.criterion, logits.float())
         if loss.ndim:
             loss = loss.mean()
+        objective = loss * (y.shape[0] * self.world_size) if self.config.loss_reduction == "sum" else loss
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()
+        self.scaler.scale(objective).backward()
         out = {"loss": loss.detach(), "acc": (logits.detach().argmax(1) == y).float().mean()}
         if self.config.clip_grad is not None:
             out["grad_norm"] = self.clip_gradients()
