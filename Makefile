@@ -11,7 +11,7 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup lab book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
+.PHONY: all setup lab ledger book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
 
 all: setup
 
@@ -104,3 +104,8 @@ bench: $(STAMP)
 
 clean:
 	rm -rf _build .pytest_cache .hypothesis
+
+# The results ledger (results/, calib.experiments.ledger): hours of one-thread CPU runs, resumable;
+# LEDGER=name runs one sweep.
+ledger: $(STAMP) fashion-mnist
+	$(BIN)/python -m calib ledger $(LEDGER) --jobs 2

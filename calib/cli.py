@@ -275,7 +275,25 @@ def build_parser() -> argparse.ArgumentParser:
     f.add_argument("--only", action="append", default=None, metavar="NAME",
                    help="write only this dataset: fashion_mnist, cifar10, cifar100, svhn or tiny_imagenet (repeatable)")
     f.set_defaults(run=cmd_fake_data, subparser=f)
+
+    g = sub.add_parser("ledger", help="run or resume the committed results ledger (results/)",
+                       description="Run (or resume) the ledger's sweeps, one thread per process so the numbers "
+                                   "are deterministic, and write each sweep's provenance.json (calib.experiments.ledger).")
+    g.add_argument("names", nargs="*", metavar="NAME", help="ledger sweeps to run (default: all)")
+    g.add_argument("--root", default="results", help="the ledger's folder")
+    g.add_argument("--jobs", type=_positive(int), default=2, help="one-thread shards run in parallel")
+    g.set_defaults(run=cmd_ledger, subparser=g)
     return parser
+
+
+def cmd_ledger(args: argparse.Namespace) -> int:
+    from .experiments import ledger
+
+    for name in args.names or ledger.names():
+        prov = ledger.run(name, args.root, args.jobs)
+        print(f"ledger {name}: {prov['cells_finished']}/{prov['cells_planned']} cells, "
+              f"{prov['cpu_seconds_training'] / 3600:.2f} CPU hours of training")
+    return 0
 
 
 def cmd_fake_data(args: argparse.Namespace) -> int:

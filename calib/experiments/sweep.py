@@ -118,7 +118,7 @@ _DATA_CACHE: dict[tuple, Any] = {}
 def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
                  overrides: Mapping[str, Any]) -> Any:
     from ..train.presets import DEFAULT_PRESET
-    from ..train.trainer import _TOY_DATA, TrainConfig
+    from ..train.config import _TOY_DATA, TrainConfig
 
     kw = dict(overrides)
     kw.update(dict(cell.settings))
@@ -452,7 +452,7 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
-    from ..train.trainer import _progress_enabled, _tqdm_class
+    from ..train.progress import _progress_enabled, _tqdm_class
 
     show = progress and _progress_enabled(None)
     tqdm = _tqdm_class(show)

@@ -1,0 +1,211 @@
+"""The results ledger: sweeps too long for a chapter, run once and committed under ``results/``.
+
+A chapter runs in minutes on one CPU thread; the full tables behind it take hours. Those
+are run once with ``python -m calib ledger`` (``make ledger``) and committed, one folder
+per sweep::
+
+    results/<name>/sweep.json         the sweep's manifest (grid and every cell's settings)
+    results/<name>/results.csv        one row per finished run; summary.csv, summary.md
+    results/<name>/runs/<cell>/       config.json, history.jsonl (every epoch), metrics.json
+    results/<name>/provenance.json    command, commit, torch version, threads, machine, times
+
+Checkpoints and logits stay out of git (``results/.gitignore``). Every ledger run uses
+one thread per process, so a CPU run is deterministic: ``tests/test_ledger.py`` re-runs
+the first epochs of two cells from scratch and requires the numbers the ledger holds to
+1e-6, which proves the ledger came from this code and raises the alarm when the code
+drifts from it. A sweep interrupted at any point resumes where it stopped (finished
+cells are skipped, an interrupted one continues from its checkpoint), also in a later
+session on a fresh clone, because the finished cells' records are committed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .results import RESULTS_FILE, load_results
+from .sweep import MANIFEST_FILE, RUNS_DIR
+
+__all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
+           "provenance", "load", "cell_dirs", "cpu_seconds", "histories", "refresh_command", "PROTOCOLS"]
+
+ROOT = "results"
+PROVENANCE_FILE = "provenance.json"
+THREADS = 1  # per process: the re-derivation test runs with the same count
+
+# Fashion-MNIST at the real CPU scale of the book (DESIGN.md §3): 10,000 training images,
+# 5,000 held out for temperature scaling, the 10,000 test images; cnn5 (width 16, ~98k
+# parameters), SGD momentum 0.9, weight decay 5e-4, batch 128, 40 epochs with the learning
+# rate divided by 10 at 20 and 30; test metrics recorded every epoch.
+_FMNIST = ("--data", "fashion_mnist", "--model", "cnn5", "--train-size", "10000", "--val-size", "5000",
+           "--epochs", "40", "--milestones", "20,30", "--batch-size", "128", "--momentum", "0.9",
+           "--weight-decay", "5e-4", "--track", "test", "--no-progress")
+
+# The three training protocols of the reduction study (issue: the authors' code sums the loss
+# and clips the gradient norm at 2; calib averaged). C changes the learning rate and clipping
+# but keeps the mean, so A -> C -> B separates the reduction from the other two factors.
+PROTOCOLS = {
+    "A": "lr=0.05",                                     # mean, lr 0.05, no clipping
+    "C": "lr=0.1,clip_grad=2",                          # mean, lr 0.1, clip 2
+    "B": "lr=0.1,clip_grad=2,loss_reduction=sum",       # sum, lr 0.1, clip 2: the authors' code
+}
+_LOSSES = ("ce", "focal:gamma=3", "bsce_gra:gamma=4,norm=2")
+
+
+@dataclass(frozen=True)
+class LedgerSweep:
+    """One committed sweep: a name, why it exists, and the ``python -m calib sweep`` arguments."""
+
+    name: str
+    purpose: str
+    args: tuple[str, ...]
+
+    @property
+    def n_cells(self) -> int:
+        seeds = self.args[self.args.index("--seeds") + 1].split(",")
+        return self.args.count("--loss") * len(seeds)
+
+
+SWEEPS: dict[str, LedgerSweep] = {
+    "reduction": LedgerSweep(
+        "reduction",
+        "What the loss reduction changes (issue 24): CE, focal (γ = 3) and BSCE-GRA (γ = 4, β = 2) "
+        "under protocols A (mean, lr 0.05), C (mean, lr 0.1, clip 2) and B (sum, lr 0.1, clip 2: "
+        "the authors' code), 3 seeds; the per-epoch test ECE gives the curve against training length.",
+        _FMNIST + ("--seeds", "0,1,2")
+        + tuple(a for loss in _LOSSES for p in PROTOCOLS.values() for a in ("--loss", f"{loss}@{p}")),
+    ),
+}
+
+
+def names() -> list[str]:
+    return list(SWEEPS)
+
+
+def _sweep(name: str) -> LedgerSweep:
+    if name not in SWEEPS:
+        raise ValueError(f"unknown ledger sweep {name!r}; the ledger holds: {', '.join(SWEEPS)}")
+    return SWEEPS[name]
+
+
+def command(name: str, root: str | os.PathLike = ROOT, shard: tuple[int, int] | None = None) -> list[str]:
+    """The ``python -m calib sweep`` command line of a ledger sweep (one shard of it, if given)."""
+    cmd = ["python", "-m", "calib", "sweep", *_sweep(name).args, "--out", str(Path(root) / name)]
+    return cmd + (["--shard", f"{shard[0]}/{shard[1]}"] if shard else [])
+
+
+def refresh_command(name: str) -> str:
+    return f"make ledger LEDGER={name}   (python -m calib ledger {name})"
+
+
+def _thread_env() -> dict[str, str]:
+    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "CALIB_PROGRESS": "0"}
+
+
+def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys.stderr) -> dict[str, Any]:
+    """Run (or resume) a ledger sweep in ``jobs`` one-thread shards, merge, write its provenance.
+
+    Returns the provenance. Finished cells are skipped, so this is also how an interrupted
+    ledger continues.
+    """
+    if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
+        raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    out = Path(root) / name
+    start = time.time()
+    procs = []
+    for i in range(1, jobs + 1):
+        cmd = command(name, root, (i, jobs) if jobs > 1 else None)
+        print(f"ledger {name}: {' '.join(cmd)}", file=log, flush=True)
+        procs.append(subprocess.Popen([sys.executable, *cmd[1:]], env=_thread_env()))
+    codes = [p.wait() for p in procs]
+    if any(codes):
+        raise RuntimeError(f"ledger sweep {name!r}: a shard exited with {codes}; re-run to resume")
+    if jobs > 1:
+        subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
+    wall = time.time() - start
+    prov = provenance(name, root)
+    prov["sessions"] = prov.get("sessions", []) + [{"wall_seconds": round(wall, 1), "jobs": jobs,
+                                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}]
+    (out / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
+    return prov
+
+
+def _git_commit() -> str:
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "calib"], capture_output=True, text=True).stdout
+        return sha + ("+uncommitted changes in calib/" if dirty.strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
+    """Where a ledger sweep's numbers came from: command, commit, versions, threads, machine, times."""
+    import torch
+
+    out = Path(root) / name
+    old = json.loads((out / PROVENANCE_FILE).read_text()) if (out / PROVENANCE_FILE).exists() else {}
+    rows = load_results(out) if (out / RESULTS_FILE).exists() else []
+    return {
+        **old,
+        "sweep": name,
+        "purpose": _sweep(name).purpose,
+        "command": " ".join(command(name, root)),
+        "threads_per_process": THREADS,
+        "commit": _git_commit(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores",
+        "cells_finished": len(rows),
+        "cells_planned": _sweep(name).n_cells,
+        "cpu_seconds_training": round(cpu_seconds(name, root), 1),
+    }
+
+
+def cell_dirs(name: str, root: str | os.PathLike = ROOT) -> list[Path]:
+    """Run directories of the sweep's finished cells, sorted by name."""
+    out = Path(root) / name
+    if not (out / MANIFEST_FILE).exists():
+        return []
+    return sorted(p for p in (out / RUNS_DIR).iterdir() if (p / "metrics.json").exists())
+
+
+def cpu_seconds(name: str, root: str | os.PathLike = ROOT) -> float:
+    """Training time of every finished cell (the epochs' ``seconds`` in ``history.jsonl``), one thread each."""
+    total = 0.0
+    for d in cell_dirs(name, root):
+        for line in (d / "history.jsonl").read_text().splitlines():
+            total += float(json.loads(line).get("seconds", 0.0))
+    return total
+
+
+def load(name: str, root: str | os.PathLike = ROOT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The rows of ``results.csv`` and the provenance of a committed ledger sweep."""
+    out = Path(root) / _sweep(name).name
+    if not (out / RESULTS_FILE).exists():
+        raise FileNotFoundError(f"{out / RESULTS_FILE} not found: run {refresh_command(name)}")
+    prov = json.loads((out / PROVENANCE_FILE).read_text()) if (out / PROVENANCE_FILE).exists() else {}
+    return load_results(out), prov
+
+
+def histories(name: str, root: str | os.PathLike = ROOT) -> dict[str, list[dict[str, Any]]]:
+    """Per-epoch history of every finished cell, by cell directory name."""
+    return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
+            for d in cell_dirs(name, root)}
+
