@@ -1,0 +1,94 @@
+"""The results ledger (results/, calib.experiments.ledger): its sweeps, provenance, and proof.
+
+The proof that the committed numbers came from this code: two ledger cells are re-run
+from scratch on CPU, one thread (as the ledger ran), for their first epochs, and every
+number those epochs recorded must come out the same to 1e-6.
+"""
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+import torch
+
+from calib.experiments import ledger
+from calib.train import TrainConfig, Trainer
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
+EPOCHS = 2  # epochs re-derived per cell: about 20 s each on one thread
+KEYS = ("train_loss", "train_acc", "val_acc", "val_nll", "val_ece", "test_acc", "test_nll", "test_ece")
+
+
+def test_every_sweep_is_a_valid_sweep_command(tmp_path):
+    from calib.cli import build_parser
+
+    for name in ledger.names():
+        cmd = ledger.command(name, tmp_path)
+        args = build_parser().parse_args(cmd[3:])
+        assert args.run.__name__ == "cmd_sweep"
+        assert ledger.SWEEPS[name].n_cells == len(args.loss) * len(args.seeds)
+    with pytest.raises(ValueError, match="unknown ledger sweep 'nope'"):
+        ledger.command("nope")
+    with pytest.raises(ValueError, match="jobs must be a positive integer"):
+        ledger.run("reduction", tmp_path, jobs=0)
+
+
+def test_the_reduction_sweep_separates_the_three_factors():
+    args = ledger.SWEEPS["reduction"].args
+    specs = [args[i + 1] for i, a in enumerate(args) if a == "--loss"]
+    assert len(specs) == 9 and {s.split("@")[1] for s in specs} == set(ledger.PROTOCOLS.values())
+    assert "--seeds" in args and args[args.index("--seeds") + 1] == "0,1,2"
+
+
+def _committed_cells() -> list[pathlib.Path]:
+    return [d for name in ledger.names() for d in ledger.cell_dirs(name, ROOT)]
+
+
+def test_committed_sweeps_have_provenance():
+    swept = [name for name in ledger.names() if (ROOT / name / "results.csv").exists()]
+    if not swept:
+        pytest.skip("no ledger sweep committed yet (make ledger)")
+    for name in swept:
+        prov = json.loads((ROOT / name / ledger.PROVENANCE_FILE).read_text())
+        for key in ("command", "commit", "torch", "threads_per_process", "machine", "cpu_seconds_training"):
+            assert prov[key] not in (None, ""), f"{name}: provenance lacks {key}"
+        assert prov["threads_per_process"] == ledger.THREADS
+        rows, _ = ledger.load(name, ROOT)
+        assert len(rows) == prov["cells_finished"] == len(ledger.cell_dirs(name, ROOT))
+
+
+@pytest.fixture
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(ledger.THREADS)
+    yield
+    torch.set_num_threads(before)
+
+
+def _pick_two(cells: list[pathlib.Path]) -> list[pathlib.Path]:
+    """Two cells that differ in as much as possible: the first, and the first of another protocol."""
+    first = cells[0]
+    other = next((c for c in cells[1:] if c.name.split("__s")[0] != first.name.split("__s")[0]), cells[-1])
+    return [first, other]
+
+
+@pytest.mark.slow
+def test_two_ledger_cells_rederive_from_scratch(one_thread):
+    cells = _committed_cells()
+    if len(cells) < 2:
+        pytest.skip("fewer than two finished ledger cells committed (make ledger)")
+    for cell in _pick_two(cells):
+        config = json.loads((cell / "config.json").read_text())
+        ledger_epochs = [json.loads(x) for x in (cell / "history.jsonl").read_text().splitlines()][:EPOCHS]
+        config.update(epochs=EPOCHS, out=None, progress=False, device="cpu")
+        trainer = Trainer(TrainConfig.from_dict(config))
+        trainer.fit()
+        sweep = cell.parents[1].name
+        for old, new in zip(ledger_epochs, trainer.history, strict=True):
+            for key in KEYS:
+                assert new[key] == pytest.approx(old[key], abs=1e-6), (
+                    f"ledger cell {sweep}/{cell.name}, epoch {old['epoch']}, {key}: ledger {old[key]!r}, "
+                    f"re-run {new[key]!r}. The code no longer reproduces the ledger; if the change is "
+                    f"intended, refresh it with {ledger.refresh_command(sweep)}"
+                )
