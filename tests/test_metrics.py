@@ -114,10 +114,22 @@ def test_bin_index_is_the_count_of_edges_below_on_and_beside_every_edge(dtype, n
     """(lo, hi]: the bin is the number of inner edges strictly below x; [lo, hi): at or below x."""
     x = _edge_values(dtype)
     edges = torch.linspace(0, 1, n_bins + 1, dtype=dtype)
-    xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1)]).numpy()
+    down = torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype)).clamp(min=0)
+    xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1), down]).numpy()
     inner = edges[1:-1].numpy()
     below = (xs[:, None] > inner[None, :]) if closed == "right" else (xs[:, None] >= inner[None, :])
     assert np.array_equal(M._bin_index(torch.from_numpy(xs), n_bins, closed).numpy(), below.sum(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [3, 15, 1000, 65_536, 100_000])
+@pytest.mark.parametrize("closed", ["right", "left"])
+def test_bin_index_equals_bucketize(dtype, n_bins, closed):
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=dtype)
+    xs = torch.cat([torch.rand(20_000, dtype=dtype), edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)),
+                    torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype))]).clamp(0, 1)
+    want = torch.bucketize(xs, edges[1:-1], right=(closed == "left"))
+    assert torch.equal(M._bin_index(xs, n_bins, closed), want)
 
 
 # ----------------------------------------------------------------------------- torchmetrics parity
