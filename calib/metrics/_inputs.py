@@ -13,6 +13,7 @@ costs one host sync, and invalid input still raises the same one-line ``ValueErr
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -88,17 +89,25 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
 def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
     """``c_i = max_k p_ik`` and ``pi_i = 1[argmax_k p_ik = y_i]`` (``argmax``: the first of tied maxima).
 
-    On a GPU ``max`` with its index costs one read. On CPU finding the index costs several
-    reads, so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label
-    is *a* maximum, and a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``).
+    On a GPU ``max`` with its index costs one read. On CPU the index costs several reads,
+    so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label is *a*
+    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``), and
+    only rows where another class reaches ``c_i`` too go to ``argmax``.
     """
     if p.device.type != "cpu":
         conf, pred = p.max(dim=1)
         return conf, pred.eq(y)
+    n, k = p.shape
     conf = p.amax(dim=1)
-    correct = p.gather(1, y[:, None]).squeeze(1).eq(conf)
-    maybe_tied = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
-    correct[maybe_tied] = p[maybe_tied].argmax(dim=1).eq(y[maybe_tied])
+    p_true = p.view(-1).index_select(0, torch.arange(0, n * k, k).add_(y))  # p[i, y_i] (p is contiguous)
+    correct = p_true.eq(conf)
+    # rows where the label is a maximum that another class may share; there, hide the label
+    # and see whether the rest reaches the maximum too; argmax settles only those rows
+    cand = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
+    rest = p.index_select(0, cand)
+    rest.view(-1).index_fill_(0, torch.arange(0, cand.numel() * k, k).add_(y.index_select(0, cand)), -math.inf)
+    tied = cand[rest.amax(dim=1).eq(conf.index_select(0, cand))]
+    correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
     return conf, correct
 
 

@@ -35,12 +35,12 @@ def _bin_index(x: Tensor, n_bins: int, closed: str) -> Tensor:
     """
     edges = torch.linspace(0, 1, n_bins + 1, dtype=x.dtype, device=x.device)
     guess = (x * n_bins).floor_().long().clamp_(0, n_bins - 1)  # clamped after the cast: NaN stays harmless
-    lo, hi = edges[guess], edges[guess + 1]
+    lo, hi = edges.index_select(0, guess.view(-1)).view_as(x), edges[1:].index_select(0, guess.view(-1)).view_as(x)
     if closed == "right":
         below, above = x.le(lo), x.gt(hi)
     else:
         below, above = x.lt(lo), x.ge(hi)
-    return guess.sub_(below.long()).add_(above.long()).clamp_(0, n_bins - 1)
+    return guess.add_(above).add_(below, alpha=-1).clamp_(0, n_bins - 1)
 
 
 def _sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> Tensor:
@@ -67,7 +67,8 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
     """
     n, total = conf.numel(), sum(bin_counts)
     offsets = accumulate(bin_counts, initial=0)  # bin count s uses cells offset_s ... offset_s + M_s - 1
-    idx = torch.stack([_bin_index(conf, m, closed).add_(o) for m, o in zip(bin_counts, offsets)])  # (S, N)
+    idx = torch.stack([_bin_index(conf, m, closed).add_(o) if o else _bin_index(conf, m, closed)
+                       for m, o in zip(bin_counts, offsets)])  # (S, N)
     gap = correct.to(torch.float64).sub_(conf)
     if rows is None:
         r, cells, gaps = 1, idx.view(-1), gap.repeat(len(bin_counts))
