@@ -73,9 +73,10 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
     if rows is None:
         r, cells, gaps = 1, idx.view(-1), gap.repeat(len(bin_counts))
     else:  # resample b's cells are offset by b * total
-        r = rows.shape[0]
-        cells = (idx[:, rows] + total * torch.arange(r, device=conf.device)[:, None]).view(-1)
-        gaps = gap[rows].expand(len(bin_counts), -1, -1).reshape(-1)
+        r, flat = rows.shape[0], rows.view(-1)
+        shift = total * torch.arange(r, device=conf.device)[:, None]
+        cells = (idx.index_select(1, flat).view(len(bin_counts), *rows.shape) + shift).view(-1)
+        gaps = gap.index_select(0, flat).repeat(len(bin_counts))
     size = torch.bincount(cells, minlength=r * total).view(r, total)
     sums = torch.bincount(cells, gaps, minlength=r * total).view(r, total).abs_()
     segment = torch.repeat_interleave(torch.tensor(list(bin_counts), device=conf.device))
