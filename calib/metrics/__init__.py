@@ -43,8 +43,9 @@ Bin conventions (``closed``)
     gives a confidence of exactly 1 a bin of its own, ``[1, 1]``, which matters for MCE
     when some confidences saturate at 1.
 
-Every binned estimator is one ``torch.bucketize`` and one weighted ``torch.bincount``:
-no Python loop over samples, bins, bin counts or bootstrap resamples.
+Every binned estimator is one bin index per sample (equal to ``torch.bucketize`` against
+the edges) and one weighted ``torch.bincount``: no Python loop over samples, bins, bin
+counts or bootstrap resamples.
 
 Modules: :mod:`~calib.metrics._inputs` (validation, top label), :mod:`~calib.metrics.binned`
 (ECE, MCE, AdaECE, classwise ECE, reliability-diagram data), :mod:`~calib.metrics.scores`

@@ -1,8 +1,9 @@
 """Binned calibration errors of the top label (ECE, MCE, AdaECE), classwise ECE and the
 per-bin data of a reliability diagram.
 
-Each estimator is one ``torch.bucketize`` (the bin of every sample) and one weighted
-``torch.bincount`` (the per-bin sums), in float64, on the inputs' device.
+Each estimator is one bin index per sample (:func:`_bin_index` for equal-width bins,
+``torch.bucketize`` against the quantiles for equal-mass ones) and one weighted
+``torch.bincount`` for the per-bin sums, in float64, on the inputs' device.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import numpy as np
 import torch
 
 from .._checks import ArrayLike, as_tensor
-from ._inputs import Checked, check_closed, check_n_bins, checked, width
+from ._inputs import check_closed, check_n_bins, checked, width
 
 Tensor = torch.Tensor
 Closed = Literal["right", "left"]
@@ -280,9 +281,3 @@ def bin_stats_from_confidence(
         raise ValueError("correct must hold only 0/1 (or booleans)")
     return _stats(c.detach(), ok.to(device=c.device).bool(), n_bins, closed)
 
-
-def _checked_or_raise(probs: ArrayLike, labels: ArrayLike) -> Checked:
-    """:func:`checked` with the value checks done now (for callers that read values at once)."""
-    c = checked(probs, labels)
-    c.result(torch.zeros(0, device=c.p.device))
-    return c

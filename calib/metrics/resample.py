@@ -13,7 +13,7 @@ import torch
 
 from .._checks import ArrayLike, check_positive_int
 from ._inputs import check_closed, check_n_bins, checked, width
-from .binned import Closed, _adaece_of, _classwise_of, _errors, adaece, classwise_ece, ece, mce
+from .binned import Closed, _adaece_of, _classwise_of, _errors, ece, mce
 from .scores import _brier_terms, _nll_terms, accuracy, brier_score, nll
 
 Tensor = torch.Tensor
