@@ -67,9 +67,12 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
     ``ECE = (1/N) sum_m |sum_{i in B_m} (pi_i - c_i)|``, ``MCE = max_m |.| / |B_m|``.
     """
     n, total = conf.numel(), sum(bin_counts)
-    offsets = accumulate(bin_counts, initial=0)  # bin count s uses cells offset_s ... offset_s + M_s - 1
+    offsets = list(accumulate(bin_counts, initial=0))[:-1]  # bin count s uses cells offset_s ... offset_s + M_s - 1
     idx = torch.stack([_bin_index(conf, m, closed).add_(o) if o else _bin_index(conf, m, closed)
                        for m, o in zip(bin_counts, offsets)])  # (S, N)
+    segment = torch.zeros(total, dtype=torch.long, device=conf.device)  # the bin count s of each cell
+    for o in offsets[1:]:  # built on the device: no host-to-device copy, no sync
+        segment[o:] += 1
     gap = correct.to(torch.float64).sub_(conf)
     if rows is None:
         r, cells, gaps = 1, idx.view(-1), gap.repeat(len(bin_counts))
@@ -80,7 +83,6 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
         gaps = gap.index_select(0, flat).repeat(len(bin_counts))
     size = torch.bincount(cells, minlength=r * total).view(r, total)
     sums = torch.bincount(cells, gaps, minlength=r * total).view(r, total).abs_()
-    segment = torch.repeat_interleave(torch.tensor(list(bin_counts), device=conf.device))
     ece = torch.zeros(r, len(bin_counts), dtype=torch.float64, device=conf.device).index_add_(1, segment, sums) / n
     worst = torch.where(size > 0, sums / size.clamp_min(1), 0.0)
     mce = torch.zeros_like(ece).scatter_reduce_(1, segment.expand(r, -1), worst, "amax")

@@ -109,17 +109,17 @@ def bootstrap_ci(
     block = max(1, _BOOT_BLOCK // n)  # usually one block: all replicates at once
     blocks = [torch.randint(n, (min(block, n_boot - s), n), generator=gen, device=device)
               for s in range(0, n_boot, block)]
-    levels = torch.tensor([alpha / 2, 1 - alpha / 2], dtype=torch.float64, device=device)
     batch = _resampler(metric_fn, c.p, c.y, c.conf, c.correct, kw)
     if batch is None:  # any other metric: one call per replicate
         c.result(torch.zeros(0, device=device))
         reps = [float(metric_fn(c.p[r], c.y[r], **kw)) for rows in blocks for r in rows]
-        low, high = torch.quantile(torch.tensor(reps, dtype=torch.float64, device=device), levels).tolist()
+        reps = torch.tensor(reps, dtype=torch.float64)
+        low, high = (float(torch.quantile(reps, q)) for q in (alpha / 2, 1 - alpha / 2))
         return low, float(metric_fn(c.p, c.y, **kw)), high
     reps = torch.cat([batch(rows) for rows in blocks])
     point = batch(None)
-    q = torch.quantile(reps, levels)
-    low, point, high = c.result(torch.stack([q[0], point[0], q[1]]))
+    low, high = (torch.quantile(reps, q) for q in (alpha / 2, 1 - alpha / 2))  # float q: no copy to the device
+    low, point, high = c.result(torch.stack([low, point[0], high]))
     return low, point, high
 
 
