@@ -460,9 +460,13 @@ def test_sece_wraps_the_metric_on_softmax_and_is_differentiable():
 
 
 def _naive_sece(x: torch.Tensor, y: torch.Tensor, h: float) -> float:
-    """DESIGN.md §5 / 001 Eq. 5-7: SACC_i = Σ_j π_j K(z_i, z_j) / Σ_j K(z_i, z_j), SECE = mean |SACC_i − z_i|."""
+    """001 §4.2, Eq. 5-7: SACC_i = Σ_j a_j K(z_i, z_j) / Σ_j K(z_i, z_j), SECE = mean |SACC_i − z_i|, with the
+    all-pairs soft accuracy a_j = relu(1 − Σ_{k≠y_j} σ((p_jk − p_jy)/0.01)) (as in meta-calibration)."""
     p = x.softmax(1)
-    z, pi = p.max(1).values.tolist(), (p.argmax(1) == y).double().tolist()
+    z = p.max(1).values.tolist()
+    sig = lambda t: 1 / (1 + math.exp(-t))  # noqa: E731
+    pi = [max(0.0, 1 - sum(sig((row[k] - row[int(c)]) / 0.01) for k in range(len(row)) if k != int(c)))
+          for row, c in zip(p.tolist(), y)]
     kernel = lambda a, b: math.exp(-((a - b) ** 2) / (2 * h**2))  # noqa: E731
     total = 0.0
     for zi in z:

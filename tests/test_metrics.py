@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import calib._checks
-import calib._scan
+import calib.metrics.binned
 from calib import metrics as M
-from calib._scan import top_label
+from calib.metrics._inputs import MAX_BIN_CELLS, checked
 
 PROPS = settings(max_examples=40, deadline=None)
 
@@ -110,13 +110,26 @@ def _edge_values(dtype):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n_bins", [1, 2, 3, 4, 7, 10, 15, 20, 100, 1000])
 @pytest.mark.parametrize("closed", ["right", "left"])
-def test_bin_index_matches_bucketize_on_edges(dtype, n_bins, closed):
+def test_bin_index_is_the_count_of_edges_below_on_and_beside_every_edge(dtype, n_bins, closed):
+    """(lo, hi]: the bin is the number of inner edges strictly below x; [lo, hi): at or below x."""
     x = _edge_values(dtype)
-    for m in (n_bins, 10, 15):
-        edges = torch.linspace(0, 1, m + 1, dtype=dtype)
-        xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1)])
-        want = torch.bucketize(xs, edges[1:-1], right=(closed == "left"))
-        assert torch.equal(M._bin_index(xs, m, closed).long(), want)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=dtype)
+    down = torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype)).clamp(min=0)
+    xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1), down]).numpy()
+    inner = edges[1:-1].numpy()
+    below = (xs[:, None] > inner[None, :]) if closed == "right" else (xs[:, None] >= inner[None, :])
+    assert np.array_equal(M._bin_index(torch.from_numpy(xs), n_bins, closed).numpy(), below.sum(1))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [3, 15, 1000, 65_536, 100_000])
+@pytest.mark.parametrize("closed", ["right", "left"])
+def test_bin_index_equals_bucketize(dtype, n_bins, closed):
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=dtype)
+    xs = torch.cat([torch.rand(20_000, dtype=dtype), edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)),
+                    torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype))]).clamp(0, 1)
+    want = torch.bucketize(xs, edges[1:-1], right=(closed == "left"))
+    assert torch.equal(M._bin_index(xs, n_bins, closed), want)
 
 
 # ----------------------------------------------------------------------------- torchmetrics parity
@@ -201,7 +214,7 @@ def test_adaece_matches_reference_and_equal_mass():
     for n_bins in (1, 5, 15, 30):
         assert M.adaece(p, y, n_bins) == pytest.approx(reference_adaece(p, y, n_bins), abs=1e-12)
     conf = p.max(1).values
-    edges = M._adaptive_edges(conf, 15)
+    edges = calib.metrics.binned._adaptive_edges(conf, 15)
     counts = torch.bincount(torch.bucketize(conf, edges[1:-1]), minlength=15)
     assert int(counts.max() - counts.min()) <= 2  # 3000 / 15 = 200 each, up to the end bins' +-1
 
@@ -218,14 +231,13 @@ def test_classwise_chunking_does_not_change_result(monkeypatch):
     p, y = random_probs(1000, 5, 11)
     p64 = p.double()
     whole, whole32 = M.classwise_ece(p64, y), M.classwise_ece(p, y)
-    monkeypatch.setattr(M, "_CHUNK", 64)  # 12 rows per chunk
-    assert M.classwise_ece(p64, y) == pytest.approx(whole, abs=1e-12)  # float64: exact sums
-    # float32 column sums over blocks, float64 totals: ~1e-8 relative (like ECE's _binned_sum)
-    assert M.classwise_ece(p, y) == pytest.approx(whole32, rel=1e-7)
+    monkeypatch.setattr(calib.metrics.binned, "_BLOCK", 64)  # 12 rows per block
+    assert M.classwise_ece(p64, y) == pytest.approx(whole, abs=1e-12)
+    assert M.classwise_ece(p, y) == pytest.approx(whole32, abs=1e-12)  # float64 sums either way
 
 
 def test_classwise_float32_over_many_blocks_matches_float64():
-    n = 3 * M._SUM_CHUNK + 77
+    n = 3 * 4096 + 77
     p64, y = random_probs(n, 12, 5)
     p64 = p64.double()
     p64 = p64 / p64.sum(1, keepdim=True)
@@ -253,8 +265,8 @@ def test_one_bin_ece_is_accuracy_minus_confidence():
 
 
 def test_float32_ece_over_many_chunks_matches_float64():
-    """ECE sums float32 gaps in short chunks (metrics._binned_sum); no digits may be lost."""
-    n = 37 * M._SUM_CHUNK + 123  # many full chunks and a tail
+    """ECE sums float32 confidences in float64; no digits may be lost."""
+    n = 150_000
     g = torch.Generator().manual_seed(3)
     logits = torch.randn(n, 10, generator=g, dtype=torch.float64) * 3
     p64 = torch.softmax(logits, 1)
@@ -286,11 +298,12 @@ def test_ties_follow_argmax_first_index():
     counts[counts.sum(1) == 0] = 1.0
     p = counts / counts.sum(1, keepdim=True)
     y = torch.randint(0, 4, (4000,), generator=g)
-    conf, correct = top_label(p, y, 1e-3)
-    assert torch.equal(correct, p.argmax(1).eq(y))
-    assert torch.equal(conf, p.max(1).values)
-    checked = M._scan(p, y)  # the fused pass settles ties the same way
-    assert torch.equal(checked.correct, p.argmax(1).eq(y)) and torch.equal(checked.conf, conf)
+    c = checked(p, y)
+    assert torch.equal(c.correct, p.argmax(1).eq(y))
+    assert torch.equal(c.conf, p.max(1).values)
+    first = (p == p.max(1, keepdim=True).values).float().argmax(1)  # the first maximal class, by hand
+    assert torch.equal(c.correct, first.eq(y))
+    assert int((p == p.max(1, keepdim=True).values).sum(1).gt(1).sum()) > 500  # many ties were tested
 
 
 # ----------------------------------------------------------------------------- properties
@@ -397,7 +410,7 @@ def test_bootstrap_interval_behaviour():
 # ----------------------------------------------------------------------------- smooth ECE
 
 
-def test_sece_loss_gradcheck_float64():
+def test_sece_loss_gradcheck_float64():  # through confidences and soft accuracies alike
     g = torch.Generator().manual_seed(0)
     logits = (2 * torch.randn(12, 4, generator=g, dtype=torch.float64)).requires_grad_()
     y = torch.randint(0, 4, (12,), generator=g)
@@ -420,11 +433,79 @@ def test_sece_limits_of_the_bandwidth():
     p, y = random_probs(400, 3, 9, sharp=1.0)
     conf = p.max(1).values.double()
     hit = (p.argmax(1) == y).double()
+    soft = M.soft_accuracy(p.double(), y)
     assert conf.unique().numel() == conf.numel()  # the h -> 0 limit needs distinct confidences
-    # h -> 0: each sample is its own bin, SECE = mean |pi_i - z_i|
-    assert M.sece(p, y, 1e-7) == pytest.approx(float((hit - conf).abs().mean()), abs=1e-9)
-    # h -> inf: SACC_i is the overall accuracy
-    assert M.sece(p, y, 1e4) == pytest.approx(float((hit.mean() - conf).abs().mean()), abs=1e-6)
+    # h -> 0: each sample is its own bin, SECE = mean |a_i - z_i| (hard: |pi_i - z_i|)
+    assert M.sece_hard(p, y, 1e-7) == pytest.approx(float((hit - conf).abs().mean()), abs=1e-9)
+    assert M.sece(p, y, 1e-7) == pytest.approx(float((soft - conf).abs().mean()), abs=1e-9)
+    # h -> inf: SACC_i is the overall (soft) accuracy
+    assert M.sece_hard(p, y, 1e4) == pytest.approx(float((hit.mean() - conf).abs().mean()), abs=1e-6)
+    assert M.sece(p, y, 1e4) == pytest.approx(float((soft.mean() - conf).abs().mean()), abs=1e-6)
+
+
+def seed_sece(p: torch.Tensor, y: torch.Tensor, h: float, tau: float) -> torch.Tensor:
+    """SECE written from Wang & Golebiowski (2024) section 4.2, one sample at a time.
+
+    a_j = relu(1 - sum_{k != y_j} sigmoid((p_jk - p_jy) / tau)) (all-pairs accuracy, as in
+    meta-calibration's DECE); SACC(i) = sum_j a_j K(z_i, z_j) / sum_j K(z_i, z_j) with
+    K = exp(-|z_i - z_j|^2 / (2 h^2)) (Eq. 6, 12); SECE = (1/M) sum_i |SACC(i) - conf(i)| (Eq. 7).
+    """
+    n, k = p.shape
+    z = [max(p[i]) for i in range(n)]
+    acc = []
+    for j in range(n):
+        ranked_above = sum(torch.sigmoid((p[j, c] - p[j, y[j]]) / tau) for c in range(k) if c != y[j])
+        acc.append(torch.relu(1 - ranked_above))
+    total = 0
+    for i in range(n):
+        weights = [torch.exp(-((z[i] - z[j]) ** 2) / (2 * h**2)) for j in range(n)]
+        sacc = sum(a * w for a, w in zip(acc, weights)) / sum(weights)
+        total = total + (sacc - z[i]).abs()
+    return total / n
+
+
+@pytest.mark.parametrize("h, tau", [(0.01, 0.01), (0.1, 0.01), (0.05, 0.2)])
+def test_sece_loss_is_the_seed_formula(h, tau):
+    g = torch.Generator().manual_seed(5)
+    p = torch.softmax(2 * torch.randn(30, 4, generator=g, dtype=torch.float64), 1)
+    p[:5] = torch.tensor([0.4, 0.395, 0.105, 0.1], dtype=torch.float64)  # label near the top: soft accuracy
+    y = torch.randint(0, 4, (30,), generator=g)
+    want = seed_sece(p, y, h, tau)
+    assert M.sece_loss(p, y, h, tau=tau).item() == pytest.approx(want.item(), rel=1e-12)
+    assert M.sece(p, y, h, tau=tau) == pytest.approx(want.item(), rel=1e-12)
+    assert M.sece_hard(p, y, h) != pytest.approx(want.item(), rel=1e-6)  # a different quantity
+
+
+def test_sece_loss_gradient_flows_through_the_accuracy_term():
+    """Two labels that swap places when p moves: only the accuracy term sees that."""
+    p = torch.tensor([[0.50, 0.49, 0.01], [0.70, 0.20, 0.10], [0.45, 0.44, 0.11]], dtype=torch.float64)
+    y = torch.tensor([1, 0, 0])
+    q = p.clone().requires_grad_()
+    M.sece_loss(q, y, 0.1).backward()
+    full = q.grad.clone()
+    q.grad = None
+    z = q.max(1).values  # the same formula with the accuracy held fixed
+    acc = M.soft_accuracy(q, y).detach()
+    kern = torch.exp(-0.5 * ((z[:, None] - z[None]) / 0.1) ** 2)
+    ((kern @ acc / kern.sum(1) - z).abs().mean()).backward()
+    assert not torch.allclose(full, q.grad, atol=1e-6)
+    a = M.soft_accuracy(q, y)
+    (grad,) = torch.autograd.grad(a.sum(), q)
+    assert grad[0].abs().sum() > 1 and grad[2].abs().sum() > 1  # near-ties: steep soft accuracy
+
+
+def test_soft_accuracy_limits_and_range():
+    p, y = random_probs(500, 5, 3)
+    p = p.double()
+    a = M.soft_accuracy(p, y, tau=1e-6)
+    hard = (p.argmax(1) == y).double()
+    assert torch.allclose(a, hard, atol=1e-6)  # tau -> 0: the hard correctness (no ties here)
+    wide = M.soft_accuracy(p, y, tau=0.3)
+    assert bool((wide >= 0).all()) and bool((wide <= 1).all())
+    tie = M.soft_accuracy(torch.tensor([[0.5, 0.5]]), torch.tensor([0]), tau=0.01)
+    assert tie.item() == pytest.approx(0.5)
+    with pytest.raises(ValueError, match="tau"):
+        M.soft_accuracy(p, y, tau=0.0)
 
 
 @pytest.mark.slow
@@ -469,7 +550,8 @@ GOOD_P, GOOD_Y = probs_from_confidence(CONF, CORRECT, k=4)
 )
 def test_bad_input_raises_naming_argument(probs, labels, exc, words):
     for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.accuracy, M.nll, M.brier_score, M.sece,
-               M.sece_loss, M.bin_stats, M.summary, M.ece_sweep):
+               M.sece_loss, M.sece_hard, M.soft_accuracy, M.smooth_ece, M.l2_ce, M.l2_ce_bias,
+               M.bin_stats, M.summary, M.ece_sweep, M.brier_decomposition):
         with pytest.raises(exc) as info:
             fn(probs, labels)
         assert words in str(info.value), (fn.__name__, str(info.value))
@@ -513,8 +595,22 @@ def test_bad_hyper_parameters():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():  # pragma: no cover - runs where a GPU is present
     p, y = random_probs(5000, 10, 0)
-    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.sece):
-        assert fn(p.cuda(), y.cuda()) == pytest.approx(fn(p, y), abs=1e-6)
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.sece, M.sece_hard,
+               M.smooth_ece, M.l2_ce, M.accuracy):
+        assert fn(p.cuda(), y.cuda()) == pytest.approx(fn(p, y), abs=1e-6), fn.__name__
+    assert M.summary(p.cuda(), y.cuda()) == pytest.approx(M.summary(p, y), abs=1e-6)
+    assert M.ece_sweep(p.cuda(), y.cuda()) == pytest.approx(M.ece_sweep(p, y), abs=1e-6)
+    low, point, high = M.bootstrap_ci(M.ece, p.cuda(), y.cuda())
+    assert low <= point <= high and point == pytest.approx(M.ece(p, y), abs=1e-6)
+    bad = p.clone()
+    bad[3, 2] = float("nan")
+    for fn in (M.ece, M.accuracy, M.summary, M.ece_sweep):  # the deferred verdict still raises
+        with pytest.raises(ValueError, match="NaN"):
+            fn(bad.cuda(), y.cuda())
+    with pytest.raises(ValueError, match="labels must lie"):
+        M.ece(p.cuda(), (y + 10).cuda())
+    with pytest.raises(ValueError, match="NaN"):
+        M.bootstrap_ci(M.ece, bad.cuda(), y.cuda())
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -523,7 +619,8 @@ def test_inputs_are_never_modified(dtype):
     p = p.to(dtype)
     p0, y0 = p.clone(), y.clone()
     for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.nll, M.brier_score, M.accuracy, M.sece,
-               M.sece_loss, M.bin_stats, M.summary, M.ece_sweep):
+               M.sece_loss, M.sece_hard, M.soft_accuracy, M.smooth_ece, M.l2_ce, M.bin_stats, M.summary,
+               M.ece_sweep):
         fn(p, y)
         assert torch.equal(p, p0) and torch.equal(y, y0), fn.__name__
     M.bootstrap_ci(M.ece, p, y, n_boot=5)
@@ -709,7 +806,7 @@ def test_huge_n_bins_refused_by_name_before_allocating():
         with pytest.raises(ValueError, match="n_bins .* too large"):
             fn(p, y, 10**9)
     with pytest.raises(ValueError, match="n_bins .* too large"):
-        M.classwise_ece(p, y, M._MAX_BIN_CELLS // 2)  # x 4 classes
+        M.classwise_ece(p, y, MAX_BIN_CELLS // 2)  # x 4 classes
     with pytest.raises(ValueError, match="n_bins_list entry .* too large"):
         M.ece_sweep(p, y, [15, 10**9])
     assert M.ece(p, y, 100_000) == pytest.approx(mean_abs_gap(p, y), abs=1e-7)  # large but fine
@@ -723,9 +820,11 @@ def test_sece_tiny_bandwidth_refused_and_small_ones_finite():
         with pytest.raises(ValueError, match="bandwidth"):
             M.sece_loss(p, y, h)
     # as h -> 0 SECE tends to mean |pi - z|; float32 must not turn 0 * inf into NaN
+    soft = float((M.soft_accuracy(p.double(), y) - p.double().max(1).values).abs().mean())
     for h in (1e-30, 1e-100):
-        assert M.sece_loss(p.float(), y, h).item() == pytest.approx(mean_abs_gap(p, y), abs=1e-6)
-        assert M.sece(p, y, h) == pytest.approx(mean_abs_gap(p, y), abs=1e-9)
+        assert M.sece_loss(p.float(), y, h).item() == pytest.approx(soft, abs=1e-6)
+        assert M.sece(p, y, h) == pytest.approx(soft, abs=1e-9)
+        assert M.sece_hard(p, y, h) == pytest.approx(mean_abs_gap(p, y), abs=1e-9)
 
 
 def test_complex_inputs_refused():
@@ -739,8 +838,8 @@ def test_complex_inputs_refused():
 
 @PROPS
 @given(prob_data(min_n=1, max_n=80), st.integers(1, 30), st.sampled_from(["right", "left"]))
-def test_fused_pass_matches_plain_definitions(data, n_bins, closed):
-    """The fused validation/top-label pass and sparse Classwise-ECE equal the textbook forms."""
+def test_metrics_match_plain_definitions(data, n_bins, closed):
+    """Accuracy, classwise ECE and ECE equal their textbook forms."""
     p, y = data
     conf, pred = p.max(1)
     assert M.accuracy(p, y) == pytest.approx(float(pred.eq(y).double().mean()), abs=1e-15)
@@ -762,71 +861,6 @@ def test_ties_on_quantised_rows_follow_argmax(k, n, seed):
     assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
 
 
-@PROPS
-@given(st.integers(1, 200_000), st.integers(0, 3), st.integers(0, 10_000))
-def test_order_statistics_equal_a_full_sort(n, kind, seed):
-    rng = np.random.default_rng(seed)
-    x = [rng.random(n).astype(np.float32), (rng.integers(0, 5, n) / 4).astype(np.float32),
-         np.full(n, 0.5, np.float32), rng.beta(30, 1, n)][kind]
-    ranks = np.unique(rng.integers(0, n, 31))
-    assert np.array_equal(M._order_statistics(x, ranks), np.sort(x)[ranks])
-
-
-@pytest.mark.parametrize("native", [True, False], ids=["kernel", "torch-ops"])
-def test_fused_pass_chunking_does_not_change_results(monkeypatch, native):
-    if not native:
-        monkeypatch.setenv(calib._native.ENV_SWITCH, "0")
-    g = torch.Generator().manual_seed(1)
-    counts = torch.randint(0, 3, (3000, 5), generator=g).double()
-    counts[counts.sum(1) == 0] = 1.0
-    p = counts / counts.sum(1, keepdim=True)  # many exact ties among maxima
-    y = torch.randint(0, 5, (3000,), generator=g)
-    whole = M.summary(p, y)
-    monkeypatch.setattr(calib._scan, "CHUNK", 64)  # 12 rows per chunk, many chunks
-    threads = torch.get_num_threads()
-    for workers in (1, 3):  # one thread, and chunks shared between three worker threads
-        torch.set_num_threads(workers)
-        try:
-            assert M.summary(p, y) == pytest.approx(whole, abs=1e-12)
-            assert torch.get_num_threads() == workers  # restored after the pass
-        finally:
-            torch.set_num_threads(threads)
-    assert M.accuracy(p, y) == pytest.approx(float(p.argmax(1).eq(y).double().mean()), abs=1e-15)
-    with pytest.raises(ValueError, match="NaN"):
-        q = p.clone()
-        q[2999, 3] = float("nan")
-        M.ece(q, y)
-
-
-def _pool_forgotten() -> bool:
-    import calib._scan as S
-
-    return S._POOL is None and S._POOL_SIZE == 0
-
-
-def test_fused_pass_pool_is_not_inherited_by_fork():
-    """The pass's worker threads do not survive fork(): a child must start its own pool,
-    or its first multi-threaded metric would wait forever on threads that do not exist."""
-    import multiprocessing as mp
-
-    import calib._scan as S
-
-    p = torch.softmax(torch.randn(4000, 7, generator=torch.Generator().manual_seed(3)), 1)
-    y = torch.randint(0, 7, (4000,), generator=torch.Generator().manual_seed(4))
-    threads, old = torch.get_num_threads(), S.CHUNK
-    torch.set_num_threads(2)
-    try:
-        S.CHUNK = 70  # many chunks: the threaded path creates the pool
-        with calib._native.off():  # the PyTorch-ops path (the compiled kernel has no pool)
-            M.ece(p, y)
-        assert S._POOL is not None
-        with mp.get_context("fork").Pool(1) as pool:  # the child runs no torch op (OpenMP and fork)
-            assert pool.apply_async(_pool_forgotten).get(timeout=60)
-    finally:
-        S.CHUNK = old
-        torch.set_num_threads(threads)
-
-
 def test_classwise_ece_with_no_entry_above_the_first_edge():
     """Every entry in bin 0 (an empty weighted bincount is int64): still the textbook value."""
     p = torch.tensor([[0.4498, 0.3032, 0.2470]], dtype=torch.float64)
@@ -834,15 +868,3 @@ def test_classwise_ece_with_no_entry_above_the_first_edge():
     want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 2).ece for k in range(3)])
     assert M.classwise_ece(p, y, 2) == pytest.approx(want, abs=1e-12)
     assert M.summary(p, y, 2)["classwise_ece"] == pytest.approx(want, abs=1e-12)
-
-
-@pytest.mark.parametrize("kind", range(5))
-@pytest.mark.parametrize("n_bins", [1, 2, 15, 40])
-def test_adaptive_index_from_the_histogram_equals_comparing_with_every_edge(kind, n_bins):
-    rng = np.random.default_rng(kind)
-    n = 50_000  # above the size where the histogram is used
-    x = [rng.random(n).astype(np.float32), (rng.integers(0, 5, n) / 4).astype(np.float32),
-         np.full(n, 0.5, np.float32), rng.beta(30, 1, n), rng.random(n).astype(np.float32) ** 8][kind]
-    conf = torch.from_numpy(x)
-    want = M._bucket(conf, M._adaptive_edges(conf, n_bins)[1:-1])
-    assert torch.equal(M._adaptive_index(conf, n_bins), want)

@@ -1,0 +1,145 @@
+"""Checked inputs of every metric: validation and the top label.
+
+A metric receives ``probs`` ``(N, K)`` and ``labels`` ``(N,)`` and needs, besides the
+checked tensors, each row's top-label confidence ``c_i = max_k p_ik`` and correctness
+``pi_i = 1[argmax_k p_ik = y_i]`` (``argmax`` takes the first of tied maxima, so a tie
+is a hit only when the label is the first tied class).
+
+The verdict on the values (finite, in [0, 1], rows summing to 1, labels in range) needs
+the host to read a few numbers. On CPU that is free and happens at once. On a GPU it
+would stall the device, so :func:`checked` only queues the statistics and the metric
+reads them together with its result in one transfer (:meth:`Checked.result`): a call
+costs one host sync, and invalid input still raises the same one-line ``ValueError``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .._checks import ArrayLike, as_tensor, check_labels, check_nk_shape, check_positive_int, probs_error
+from .._checks import row_sum_tolerance
+
+Tensor = torch.Tensor
+
+#: Bin conventions: ``"right"`` = ``(lo, hi]`` bins, ``"left"`` = ``[lo, hi)`` bins.
+CLOSED = ("right", "left")
+# Most bins (times classes, for classwise ECE) a metric allocates: 2^24 float64 cells
+# are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
+MAX_BIN_CELLS = 1 << 24
+
+
+@dataclass(frozen=True)
+class Checked:
+    """Checked predictions and their top label.
+
+    ``p`` (N, K) float (half precision promoted to float32), detached; ``y`` (N,) int64
+    on ``p``'s device; ``conf`` and ``correct`` the top label; ``verdict`` the pending
+    value checks (None once done, always on CPU).
+    """
+
+    p: Tensor
+    y: Tensor
+    conf: Tensor
+    correct: Tensor
+    verdict: tuple | None = None
+
+    def result(self, values: Tensor) -> list[float]:
+        """``values`` as Python floats, after the pending value checks (one host sync)."""
+        if self.verdict is None:
+            return values.double().reshape(-1).tolist()
+        stats, name, tol, k = self.verdict
+        numbers = torch.cat([stats, values.double().reshape(-1)]).tolist()
+        _raise_if_bad(numbers[:6], name, tol, k)
+        return numbers[6:]
+
+
+def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked:
+    """Validate ``probs``/``labels`` and find the top label (see the module docstring).
+
+    Contract of :func:`calib._checks.check_probs_fast`: a real ``(N, K)`` array, N >= 1,
+    K >= 2, finite, entries in [0, 1] (1e-6 slack), rows summing to 1 within
+    :func:`calib._checks.row_sum_tolerance`; integer labels in ``[0, K)``.
+    """
+    p = as_tensor(probs, name)
+    tol = row_sum_tolerance(p.dtype)
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    check_nk_shape(p, name)
+    p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
+    on_host = p.device.type == "cpu"
+    y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=not on_host).to(p.device)
+    # NaN and inf show in the row sums; the labels' range is checked here too on a GPU
+    stats = torch.cat([torch.stack([*p.sum(dim=1).aminmax(), *p.aminmax()]).double(),
+                       torch.stack([*y.aminmax()]).double()])
+    k = p.shape[1]
+    if on_host:
+        _raise_if_bad(stats.tolist(), name, tol, k)
+        verdict = None
+    else:
+        verdict = (stats, name, tol, k)
+        y = y.clamp(0, k - 1)  # out-of-range labels are refused at the sync; never index with them
+    conf, correct = top_label(p, y, tol)
+    return Checked(p, y, conf, correct, verdict)
+
+
+def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
+    """``c_i = max_k p_ik`` and ``pi_i = 1[argmax_k p_ik = y_i]`` (``argmax``: the first of tied maxima).
+
+    On a GPU ``max`` with its index costs one read. On CPU the index costs several reads,
+    so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label is *a*
+    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``), and
+    only rows where another class reaches ``c_i`` too go to ``argmax``.
+    """
+    if p.device.type != "cpu":
+        conf, pred = p.max(dim=1)
+        return conf, pred.eq(y)
+    n, k = p.shape
+    conf = p.amax(dim=1)
+    p_true = p.view(-1).index_select(0, torch.arange(0, n * k, k).add_(y))  # p[i, y_i] (p is contiguous)
+    correct = p_true.eq(conf)
+    # rows where the label is a maximum that another class may share; there, hide the label
+    # and see whether the rest reaches the maximum too; argmax settles only those rows
+    cand = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
+    rest = p.index_select(0, cand)
+    rest.view(-1).index_fill_(0, torch.arange(0, cand.numel() * k, k).add_(y.index_select(0, cand)), -math.inf)
+    tied = cand[rest.amax(dim=1).eq(conf.index_select(0, cand))]
+    correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
+    return conf, correct
+
+
+def _raise_if_bad(stats: list[float], name: str, tol: float, k: int) -> None:
+    low, high, lo, hi, y_lo, y_hi = stats
+    if y_lo < 0 or y_hi >= k:
+        raise ValueError(f"labels must lie in [0, {k}); got values in [{int(y_lo)}, {int(y_hi)}]")
+    problem = probs_error(name, (low, high), lo, hi, tol)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def check_closed(closed: str) -> str:
+    if closed not in CLOSED:
+        raise ValueError(f'closed must be "right" ((lo, hi] bins) or "left" ([lo, hi) bins), got {closed!r}')
+    return closed
+
+
+def check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
+    """A positive int whose bins (``cells`` per bin, e.g. K classes) fit in memory."""
+    n_bins = check_positive_int(n_bins, name)
+    if n_bins * cells > MAX_BIN_CELLS:
+        per = f" x {cells} classes" if cells > 1 else ""
+        raise ValueError(
+            f"{name} = {n_bins:,} is too large: {n_bins:,}{per} bins would need "
+            f"{8 * n_bins * cells / 2**30:.1f} GiB of float64 sums; use at most "
+            f"{MAX_BIN_CELLS // cells:,} bins"
+        )
+    return n_bins
+
+
+def width(probs: ArrayLike) -> int:
+    """K of an (N, K) input, 1 when the shape is not (yet) known to be 2-D."""
+    shape = getattr(probs, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 2 and shape[1] > 0 else 1
