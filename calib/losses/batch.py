@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..metrics.smooth import _soft_accuracy
 from .._checks import (
     ArrayLike,
     check_nonnegative,
@@ -119,10 +120,7 @@ def mmce_loss(
 def _dece_value(x: Tensor, y: Tensor, n_bins: int, bin_temperature: float, acc_temperature: float) -> Tensor:
     p = F.softmax(x, dim=1)
     conf = p.max(dim=1).values
-    # soft accuracy: soft rank of the true class, 1 + Σ_{k≠y} σ((p_k − p_y)/τ_a), then relu(2 − rank)
-    p_y = p.gather(1, y[:, None])
-    beats = torch.sigmoid((p - p_y) / acc_temperature).scatter(1, y[:, None], 0.0)
-    acc = F.relu(1 - beats.sum(dim=1))
+    acc = _soft_accuracy(p, y, acc_temperature)  # all-pairs soft accuracy, shared with SECE
     # soft binning: bin m has logit Σ_{j≤m} (c − e_j)/τ_b over the lower edges e_j = (j − 1)/M
     edges = torch.arange(n_bins, device=x.device, dtype=x.dtype) / n_bins
     member = F.softmax(torch.cumsum(conf[:, None] - edges, dim=1) / bin_temperature, dim=1)
@@ -219,14 +217,14 @@ def _sece_value(x: Tensor, y: Tensor, bandwidth: float) -> Tensor:
 def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, reduction: Reduction = "mean") -> Tensor:
     """Smooth ECE of Wang & Golebiowski (2024), §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
 
-    ``SACC_i = Σ_j π_j K(z_i, z_j) / Σ_j K(z_i, z_j)`` with a Gaussian kernel of bandwidth h
+    ``SACC_i = Σ_j a_j K(z_i, z_j) / Σ_j K(z_i, z_j)`` with the all-pairs soft accuracy ``a_j``
+    (:func:`calib.metrics.soft_accuracy`, τ = 0.01), a Gaussian kernel of bandwidth h
     (0.01 in Wang & Golebiowski (2024), §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
     :func:`calib.metrics.sece_loss`; this wrapper feeds it logits and applies ``reduction``.
     """
     x, y = _prepare(logits, targets, reduction)
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
     return _reduce_batch(value, x.shape[0], reduction)
-
 
 
 @_full_precision

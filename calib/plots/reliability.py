@@ -370,7 +370,8 @@ def ece_vs_bins(
 
     ``results`` maps a model name to its ``(probs, labels)``. Each model gets a line of
     :func:`calib.metrics.ece_sweep` over ``n_bins_list`` (log scale) and, when
-    ``sece_bandwidth`` is set, a dashed horizontal line at its SECE in the same colour,
+    ``sece_bandwidth`` is set, a dashed horizontal line at its SECE with the 0/1 correctness
+    (:func:`calib.metrics.sece_hard`, the evaluation variant beside binned ECE) in the same colour,
     a reference that has no bin count. Values are shown in percent.
     """
     if not isinstance(results, Mapping) or not results:
@@ -384,7 +385,7 @@ def ece_vs_bins(
         colour = series_color(name, default=f"C{i % 10}")
         ax.plot(list(sweep), [100 * v for v in sweep.values()], "o-", color=colour, label=f"{name}: {metric}")
         if sece_bandwidth is not None:
-            s = metrics.sece(probs, labels, sece_bandwidth)
+            s = metrics.sece_hard(probs, labels, sece_bandwidth)
             ax.axhline(100 * s, color=colour, linestyle="--", linewidth=1, label=f"{name}: SECE (h={sece_bandwidth:g})")
     ax.set_xscale("log")
     ax.set_xlabel("number of bins", fontsize=_FONT)

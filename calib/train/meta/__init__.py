@@ -46,10 +46,15 @@ paper is exact we follow it; where it is silent these are **our choices**:
 8. *BatchNorm in the look-ahead*: the backbone runs in its current mode on the
    meta-validation batch, with *copies* of its buffers, so the running statistics are
    updated only by the real training batch.
-9. *Focal loss reduction*: the mean over the batch.
+9. *Focal loss reduction*: the mean over the batch (the authors' code is not public, so
+   ``loss_reduction="sum"`` is refused for meta runs).
 10. *Split*: the training set is split 8:1:1 into train / validation / meta-validation
     (Wang & Golebiowski (2024), §5) by a seeded random permutation; validation drives model selection, the
     meta-validation split feeds SECE.
+
+SECE is the paper's (§4.2): its accuracy term is the all-pairs soft accuracy of
+meta-calibration (:func:`calib.metrics.soft_accuracy`, τ = 0.01, shared with DECE), so the
+meta-gradient flows through the accuracies as well as the confidences.
 
 The objective may be swapped: ``objective="dece"`` gives Wang & Golebiowski (2024)'s FL_gamma-DECE baseline
 (Bohdal et al.'s differentiable ECE in place of SECE).
