@@ -144,3 +144,64 @@ def test_toy_correlation_validates():
         toy_weight_correlation(seeds=(0,), error="l1")
     with pytest.raises(ValueError, match="n_test_per_class"):
         toy_weight_correlation(seeds=(0,), n_test_per_class=1)
+
+
+# --------------------------------------------------------------------------- the chapter's tables
+from calib import experiments  # noqa: E402
+
+
+def _fake_result(r=(0.5, 0.6, 0.7)):
+    return {name: {"r_mean": v, "r_std": 0.01, "best_params": {"gamma": 2.0, "norm": 2.0}}
+            for name, v in zip(("FL", "DFL", "gBS"), r)}
+
+
+def test_network_label():
+    assert experiments.network_label({"hidden": 64, "depth": 1, "epochs": 5}) == "1x64, 5 ep"
+    assert experiments.network_label({"hidden": 64, "depth": 2, "epochs": 5, "lr": 1e-2}) == "2x64, 5 ep, lr 0.01"
+    assert experiments.network_label({"hidden": 8, "depth": 1, "epochs": 5, "lr": float("nan")}) == "1x8, 5 ep"
+    with pytest.raises(ValueError, match="epochs"):
+        experiments.network_label({"hidden": 8, "depth": 1})
+
+
+def test_study_networks_start_with_the_default_and_the_under_trained_network():
+    nets = experiments.STUDY_NETWORKS
+    assert nets[0] == {"hidden": 64, "depth": 1, "epochs": 5} and nets[1]["epochs"] == 1
+    assert len({experiments.network_label(n) for n in nets}) == len(nets) == 6
+
+
+def test_toy_correlation_table_puts_ours_beside_the_paper():
+    table = experiments.toy_correlation_table(_fake_result())
+    assert list(table.index) == ["FL", "DFL", "gBS"] and table.index.name == "weight"
+    assert table.loc["gBS", "ours: r (mean ± sd)"] == "0.700 ± 0.010"
+    assert table.loc["FL", "ours: best parameters"] == "gamma=2, norm=2"
+    assert table.loc["DFL", "Lin et al. (2024): r"] == PAPER_TOY_CORRELATION["DFL"]
+    with pytest.raises(ValueError, match="gBS"):
+        experiments.toy_correlation_table({k: v for k, v in _fake_result().items() if k != "gBS"})
+
+
+def _study_rows():
+    rows = []
+    for net, acc in (({"hidden": 64, "depth": 1, "epochs": 5}, 0.9), ({"hidden": 16, "depth": 1, "epochs": 1}, 0.5)):
+        for error in ("l2", "sq"):
+            for grid, r in (("default", (0.1, 0.2, 0.3)), ("narrow", (0.3, 0.2, 0.1))):
+                best = dict(zip(("FL", "DFL", "gBS"), r))
+                rows.append({**net, "error": error, "grid": grid, **best,
+                             "order": experiments.ordering(best), "paper_order": False, "accuracy": acc})
+    return rows
+
+
+def test_toy_ordering_table_has_one_row_per_network_and_error():
+    table = experiments.toy_ordering_table(_study_rows())
+    assert list(table.index) == [("1x64, 5 ep", "l2"), ("1x64, 5 ep", "sq"), ("1x16, 1 ep", "l2"), ("1x16, 1 ep", "sq")]
+    assert list(table.columns) == ["r FL", "r DFL", "r gBS", "order (default grid)", "order (narrow grid)",
+                                   "test accuracy"]
+    row = table.loc[("1x16, 1 ep", "sq")]
+    assert row["r gBS"] == 0.3 and row["test accuracy"] == 0.5
+    assert row["order (default grid)"] == "gBS > DFL > FL" and row["order (narrow grid)"] == "FL > DFL > gBS"
+
+
+def test_toy_ordering_table_needs_both_grids():
+    with pytest.raises(ValueError, match="narrow"):
+        experiments.toy_ordering_table([r for r in _study_rows() if r["grid"] == "default"])
+    with pytest.raises(ValueError, match="study"):
+        experiments.toy_ordering_table([])

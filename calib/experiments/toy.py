@@ -25,12 +25,16 @@ What Lin et al. 2024, §4.3 leaves open and we chose (documented so the numbers 
   how it selected). FL and DFL search γ; gBS searches γ and the norm order β.
 * *Runs.* Seed ``s`` draws the means, the training points and the network initialisation;
   the test points come from the same five Gaussians with seed ``s + 1``.
+
+``toy_ordering_study`` varies the open choices (network settings :data:`STUDY_NETWORKS`,
+error definitions, grids); ``toy_correlation_table`` and ``toy_ordering_table`` turn both
+results into the tables the Brier-score chapter shows.
 """
 from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -52,6 +56,10 @@ __all__ = [
     "ordering",
     "toy_ordering_study",
     "NARROW_GRID",
+    "STUDY_NETWORKS",
+    "network_label",
+    "toy_correlation_table",
+    "toy_ordering_table",
 ]
 
 PAPER_TOY_CORRELATION = {"FL": 0.550, "DFL": 0.638, "gBS": 0.664}  # Lin et al. 2024, §4.3
@@ -302,3 +310,86 @@ def toy_ordering_study(networks: Sequence[dict[str, int | float]], seeds: Iterab
                 rows.append({**net, "error": error, "grid": gname, **best, "order": order,
                              "paper_order": order == paper_order, "accuracy": acc})
     return rows
+
+
+#: The network settings of :func:`toy_ordering_study` in the Brier-score chapter: the default
+#: two-layer MLP (width 64, 5 epochs, Adam lr 1e-3), an under-trained one (width 16, 1 epoch),
+#: then one change at a time: width 8, two hidden layers, 20 epochs, lr 1e-2. The open
+#: choices of Lin et al. 2024, §4.3 ("a two layer CNN", 5 epochs, no optimiser given).
+STUDY_NETWORKS: tuple[dict[str, int | float], ...] = (
+    {"hidden": 64, "depth": 1, "epochs": 5},
+    {"hidden": 16, "depth": 1, "epochs": 1},
+    {"hidden": 8, "depth": 1, "epochs": 5},
+    {"hidden": 64, "depth": 2, "epochs": 5},
+    {"hidden": 64, "depth": 1, "epochs": 20},
+    {"hidden": 64, "depth": 1, "epochs": 5, "lr": 1e-2},
+)
+
+
+def network_label(setting: Mapping[str, Any]) -> str:
+    """``"1x64, 5 ep"``: hidden layers x width and epochs, then ``", lr 0.01"`` when ``lr`` is set.
+
+    A missing or NaN ``lr`` (the default 1e-3; NaN where a table row lacks it) is not shown.
+
+    Raises:
+        ValueError: ``setting`` lacks ``depth``, ``hidden`` or ``epochs``.
+    """
+    if missing := [k for k in ("depth", "hidden", "epochs") if k not in setting]:
+        raise ValueError(f"setting lacks {missing}; it needs depth, hidden and epochs, got {dict(setting)!r}")
+    label = f"{setting['depth']}x{setting['hidden']}, {setting['epochs']} ep"
+    lr = setting.get("lr")
+    return label if lr is None or lr != lr else f"{label}, lr {lr:g}"
+
+
+def toy_correlation_table(result: Mapping[str, Mapping[str, Any]],
+                      paper: Mapping[str, float] = PAPER_TOY_CORRELATION) -> Any:
+    """:func:`toy_weight_correlation`'s result beside the paper's r, one row per weight (a DataFrame).
+
+    Columns: ``"ours: r (mean ± sd)"`` (over seeds, at the best grid point), ``"ours: best
+    parameters"`` and ``"Lin et al. (2024): r"`` (Lin et al. 2024, §4.3, 5 runs); rows in the
+    order of ``paper``, index named ``"weight"``. pandas is imported here only.
+
+    Raises:
+        ValueError: ``result`` lacks a weight of ``paper``.
+    """
+    import pandas as pd
+
+    if missing := [k for k in paper if k not in result]:
+        raise ValueError(f"result lacks the weight(s) {missing} of paper")
+    table = pd.DataFrame({
+        "ours: r (mean ± sd)": {k: f"{result[k]['r_mean']:.3f} ± {result[k]['r_std']:.3f}" for k in paper},
+        "ours: best parameters": {
+            k: ", ".join(f"{a}={b:g}" for a, b in result[k]["best_params"].items()) for k in paper
+        },
+        "Lin et al. (2024): r": dict(paper),
+    })
+    table.index.name = "weight"
+    return table
+
+
+def toy_ordering_table(study: Sequence[Mapping[str, Any]]) -> Any:
+    """:func:`toy_ordering_study`'s rows as one table row per (network, error) (a DataFrame).
+
+    Columns: ``r FL``, ``r DFL``, ``r gBS`` (best mean r on the ``"default"`` grid), ``order
+    (default grid)``, ``order (narrow grid)`` and ``test accuracy``; the index is
+    (:func:`network_label`, error). pandas is imported here only.
+
+    Raises:
+        ValueError: ``study`` is empty or lacks the ``"default"`` or ``"narrow"`` grid.
+    """
+    import pandas as pd
+
+    if len(study) == 0:
+        raise ValueError("study must hold at least one row of toy_ordering_study")
+    frame = pd.DataFrame(study)
+    if missing := {"default", "narrow"} - set(frame["grid"]):
+        raise ValueError(f"study lacks the grid(s) {sorted(missing)}; run toy_ordering_study with both")
+    frame["network"] = [network_label(row) for row in study]
+    by_grid = frame.set_index(["network", "error", "grid"])
+    default = by_grid.xs("default", level="grid")
+    return pd.DataFrame({
+        **{f"r {w}": default[w] for w in ("FL", "DFL", "gBS")},
+        "order (default grid)": default["order"],
+        "order (narrow grid)": by_grid.xs("narrow", level="grid")["order"],
+        "test accuracy": default["accuracy"],
+    })

@@ -34,7 +34,8 @@ calibratable) and Mukhoti et al. (2020) (focal loss).
 
 Layout: ``regularisers`` (CE, label smoothing, logit norm, entropy, Brier), ``focal``
 (loss-weighted ``u · CE``), ``gra`` (gradient-weighted twins), ``batch`` (MMCE, DECE, SECE),
-``modules`` (``nn.Module`` wrappers), ``registry`` (:func:`make`, :func:`names`) and
+``modules`` (``nn.Module`` wrappers), ``registry`` (:func:`make`, :func:`names`),
+``families`` (:func:`catalogue`: each loss's family, formula and source) and
 ``uncertainty`` (the weights ``u_FL``, ``u_DFL``, ``u_gBS``).
 """
 from . import uncertainty
@@ -63,6 +64,7 @@ from .modules import (
     SECELoss,
     UncertaintyGRALoss,
 )
+from .families import CATALOGUE, catalogue
 from .registry import functional, is_batch_level, make, names, true_logit_response
 from .regularisers import brier_loss, cross_entropy, entropy_reg_loss, label_smoothing_loss, logit_norm_loss
 
@@ -79,4 +81,5 @@ __all__ = [
     "CEDECELoss", "CESECELoss",
     # registry and analysis
     "uncertainty", "make", "names", "functional", "is_batch_level", "true_logit_response",
+    "CATALOGUE", "catalogue",
 ]

@@ -58,6 +58,7 @@ from .gra import (
     gra_weight,
     paper_lagrangian_optimum,
     simplex_slice,
+    spread_within,
 )
 from .gradient import (
     flsd53_gamma,
@@ -73,4 +74,4 @@ from .gradient import (
 )
 from .smoothing import label_smoothing_identity, temperature_sharpening_proof, top_probability
 
-__all__ = ["focal_bounds", "gra_field", "scoring", "Derivation", "bernoulli_inequality_proof", "bernoulli_gap", "entropy", "kl_divergence", "focal_bound_chain", "binary_focal_objective", "binary_focal_stationarity", "binary_focal_optimum", "gradient_factor_derivation", "gradient_factor", "gradient_factor_slope", "gradient_factor_peak", "gradient_factor_unit_crossing", "true_logit_push_peak", "gradient_ratio", "lambert_gamma_derivation", "lambert_gamma", "flsd53_gamma", "brier_identity", "brier_identity_coordinate", "brier_identity_indexed", "expected_brier", "brier_decomposition", "monte_carlo_brier", "paper_lagrangian_optimum", "gra_fixed_point_derivation", "binary_gra_fixed_point_derivation", "gra_weight", "gra_label_weights", "gra_fixed_point", "fit_constant_logits", "fit_linear_logits", "simplex_slice", "temperature_sharpening_proof", "top_probability", "label_smoothing_identity"]
+__all__ = ["focal_bounds", "gra_field", "scoring", "Derivation", "bernoulli_inequality_proof", "bernoulli_gap", "entropy", "kl_divergence", "focal_bound_chain", "binary_focal_objective", "binary_focal_stationarity", "binary_focal_optimum", "gradient_factor_derivation", "gradient_factor", "gradient_factor_slope", "gradient_factor_peak", "gradient_factor_unit_crossing", "true_logit_push_peak", "gradient_ratio", "lambert_gamma_derivation", "lambert_gamma", "flsd53_gamma", "brier_identity", "brier_identity_coordinate", "brier_identity_indexed", "expected_brier", "brier_decomposition", "monte_carlo_brier", "paper_lagrangian_optimum", "gra_fixed_point_derivation", "binary_gra_fixed_point_derivation", "gra_weight", "gra_label_weights", "gra_fixed_point", "fit_constant_logits", "fit_linear_logits", "simplex_slice", "spread_within", "temperature_sharpening_proof", "top_probability", "label_smoothing_identity"]

@@ -1,6 +1,7 @@
 """The BSCE-GRA optimum (Lin et al. 2024, App. 9) and the fixed point of gradient weighting when the
 weight uses the one-hot label; constant-logit and linear-model training that land on it.
-The update field itself (curl, stability, inverse map) is in :mod:`calib.theory.gra_field`."""
+The update field itself (curl, stability, inverse map) is in :mod:`calib.theory.gra_field`;
+:func:`simplex_slice` and :func:`spread_within` draw and check the weight maps of Lin et al. 2024, Fig. 2."""
 from __future__ import annotations
 
 import math
@@ -312,3 +313,31 @@ def simplex_slice(resolution: int, *, fixed: float = 0.1, num_classes: int = 4) 
     probs = np.column_stack([(1 - c) * b0, (1 - c) * b1, (1 - c) * b2, rest])
     coords = np.column_stack([b1 + 0.5 * b2, b2 * math.sqrt(3) / 2])
     return torch.as_tensor(probs, dtype=torch.float64), coords
+
+
+def spread_within(values: ArrayLike, *keys: ArrayLike, decimals: int = 9) -> float:
+    """The largest range ``max - min`` of ``values`` over groups of points whose keys agree.
+
+    Points are grouped by the tuple of their ``keys`` (each rounded to ``decimals``
+    places, so float noise does not split a group); the result is the largest
+    within-group range. It is 0 exactly when ``values`` is a function of the keys on these
+    points: how the weight maps of Lin et al. 2024, Fig. 2 are checked (``u_FL`` depends on
+    ``p_y`` alone, ``u_DFL`` on ``p_y`` and ``p_j``, ``u_BS`` on more).
+
+    Raises:
+        ValueError: no keys, or ``values`` and a key not 1-D of the same length.
+    """
+    v = as_tensor(values, "values", dtype=torch.float64)
+    if not keys:
+        raise ValueError("keys must hold at least one key to group by")
+    if v.ndim != 1 or v.numel() == 0:
+        raise ValueError(f"values must be a non-empty 1-D array, got shape {tuple(v.shape)}")
+    columns = [as_tensor(k, "keys", dtype=torch.float64).to(v.device) for k in keys]
+    if any(k.shape != v.shape for k in columns):
+        raise ValueError(f"every key must have the shape of values {tuple(v.shape)}, got {[tuple(k.shape) for k in columns]}")
+    groups = torch.stack([k.round(decimals=decimals) for k in columns], 1)
+    _, inverse = torch.unique(groups, dim=0, return_inverse=True)
+    n = int(inverse.max()) + 1
+    hi = torch.full((n,), -math.inf, dtype=v.dtype, device=v.device).scatter_reduce(0, inverse, v, "amax")
+    lo = torch.full((n,), math.inf, dtype=v.dtype, device=v.device).scatter_reduce(0, inverse, v, "amin")
+    return float((hi - lo).max())

@@ -19,10 +19,13 @@ whose zeros are the fixed points ``q_k ∝ eta_k u(q, e_k)`` of
 * Uniqueness, numerically: descent from many random logits (:func:`descend`).
 * The inverse map ``eta_k ∝ q_k / u(q, e_k)`` (:func:`gra_inverse`): which posterior
   has a given fixed point.
+* The posteriors these checks run on: :func:`random_posteriors` (Dirichlet draws kept away
+  from the simplex's edges) and :func:`stability_scan` over them.
 """
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 import sympy as sp
@@ -40,6 +43,8 @@ __all__ = [
     "fixed_point_eigenvalues",
     "descend",
     "gra_inverse",
+    "random_posteriors",
+    "stability_scan",
     "brier_field_curl",
     "fl_gra_potential",
     "app9_checks",
@@ -183,6 +188,57 @@ def gra_inverse(q: ArrayLike, weight: WeightFn | str, **weight_kwargs: float) ->
         raise ValueError("the weight u(q, e_k) must be positive for every class to invert the fixed point")
     eta = qt[0] / w
     return eta / eta.sum()
+
+
+def random_posteriors(n: int, num_classes: int | Sequence[int], *, seed: int = 0,
+                      floor: float = 1e-3) -> list[torch.Tensor]:
+    """``n`` posteriors per class count, drawn uniformly on the simplex and kept off its edges.
+
+    For each ``K`` of ``num_classes`` in turn, one ``numpy`` generator seeded with ``seed``
+    draws ``n`` rows of ``Dirichlet(1, ..., 1)`` (uniform on the ``K``-class simplex); each
+    row is clipped below at ``floor`` and renormalised, ``eta <- max(eta, floor) / sum``,
+    so no class is (numerically) impossible and the fixed point stays inside the simplex.
+    Returns a list of float64 ``(K,)`` tensors, the ``K`` blocks in the order given.
+
+    Raises:
+        ValueError: ``n`` or a class count below its minimum (1 and 2), or ``floor`` not in
+            ``[0, 1/K)``.
+    """
+    count = check_positive_int(n, "n")
+    sizes = [num_classes] if isinstance(num_classes, int) else list(num_classes)
+    if not sizes:
+        raise ValueError("num_classes must name at least one class count")
+    sizes = [check_positive_int(k, "num_classes", minimum=2) for k in sizes]
+    low = float(floor)
+    if not 0 <= low < 1 / max(sizes):
+        raise ValueError(f"floor must lie in [0, 1/K) = [0, {1 / max(sizes):.3g}), got {floor}")
+    rng = np.random.default_rng(seed)
+    out = []
+    for k in sizes:
+        for eta in rng.dirichlet(np.ones(k), size=count):
+            out.append(torch.as_tensor(np.clip(eta, low, None) / np.clip(eta, low, None).sum()))
+    return out
+
+
+def stability_scan(etas: Sequence[ArrayLike], weight: WeightFn | str, **weight_kwargs: float) -> dict[str, float]:
+    """The extreme eigenvalues of :func:`fixed_point_eigenvalues` over many posteriors.
+
+    Returns ``{"posteriors": len(etas), "min_real": ..., "max_abs_imag": ...}``: the
+    smallest real part and the largest imaginary part (in absolute value) of the
+    field's Jacobian at each fixed point, on the sum-zero logits. ``min_real > 0`` means
+    every fixed point checked is locally stable under gradient descent on the logits.
+
+    Raises:
+        ValueError: ``etas`` is empty.
+    """
+    if len(etas) == 0:
+        raise ValueError("etas must hold at least one posterior")
+    spectra = [fixed_point_eigenvalues(eta, weight, **weight_kwargs) for eta in etas]
+    return {
+        "posteriors": len(spectra),
+        "min_real": float(min(ev.real.min() for ev in spectra)),
+        "max_abs_imag": float(max(np.abs(ev.imag).max() for ev in spectra)),
+    }
 
 
 def brier_field_curl(eta: tuple[sp.Rational, ...] = (sp.Rational(3, 5), sp.Rational(3, 10), sp.Rational(1, 10)),
