@@ -93,6 +93,53 @@ def test_chapter_ends_with_summary_and_exercises(path):
 
 
 # ----------------------------------------------------------------------------------------
+# Lean chapters (issue 20 item 3): a chapter's visible code is the experiment, the
+# derivation and its result; the plumbing lives in calib. A reader sees every code cell
+# except those tagged remove-input, hide-input (folded) or remove-cell; function
+# definitions count in every code cell, folded ones included.
+MAX_VISIBLE_LINES = 250
+MAX_DEFS = 3
+HIDDEN_TAGS = {"remove-input", "hide-input", "remove-cell"}
+DEF_LINE = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(", re.M)
+NOT_YET_LEAN = {"03_loss_field_guide", "06_brier_score", "07_bsce_gra", "08_meta_regularisation"}
+
+
+def _code_size(path: pathlib.Path) -> tuple[int, int]:
+    """(visible code lines, function definitions) of a notebook."""
+    visible = defs = 0
+    for cell in json.loads(path.read_text())["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        defs += len(DEF_LINE.findall(src))
+        if not HIDDEN_TAGS & set(cell.get("metadata", {}).get("tags", [])):
+            visible += len(src.splitlines())
+    return visible, defs
+
+
+def test_code_size_counts_visible_lines_and_every_def(tmp_path):
+    cells = [{"cell_type": "code", "metadata": {}, "source": ["x = 1\n", "def f(a):\n", "    return a"]},
+             {"cell_type": "code", "metadata": {"tags": ["hide-input"]}, "source": ["def g():\n", "  pass"]},
+             {"cell_type": "markdown", "metadata": {}, "source": ["def h(): text, not code"]}]
+    nb = tmp_path / "99_x.ipynb"
+    nb.write_text(json.dumps({"cells": cells}))
+    assert _code_size(nb) == (3, 2)
+
+
+def _lean_param(path: pathlib.Path):
+    marks = [pytest.mark.xfail(strict=False, reason="issue 20 item 3: not yet lean")] if path.stem in NOT_YET_LEAN else []
+    return pytest.param(path, marks=marks, id=path.relative_to(ROOT).as_posix())
+
+
+@pytest.mark.parametrize("path", [_lean_param(p) for p in CHAPTERS])
+def test_chapters_are_lean(path):
+    visible, defs = _code_size(path)
+    assert visible <= MAX_VISIBLE_LINES, (
+        f"{path.name}: {visible} visible code lines (at most {MAX_VISIBLE_LINES}); move plumbing into calib")
+    assert defs <= MAX_DEFS, f"{path.name}: {defs} function definitions (at most {MAX_DEFS}); move helpers into calib"
+
+
+# ----------------------------------------------------------------------------------------
 # Docstrings: the API pages (autodoc + napoleon) show their literal blocks (``::``) and
 # doctest blocks (``>>>``) verbatim, in the 0.75rem code font of book/_static/calib.css.
 # At 1280 px a module docstring's block is 686 px wide, a function's or class's 654 px:

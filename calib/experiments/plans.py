@@ -1,0 +1,327 @@
+"""A paper's table as a run plan: which runs reproduce it, the command that trains them, the table beside it.
+
+From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
+(:mod:`calib.train.presets`)::
+
+    from calib.experiments import plans
+    lin = plans.paper_table("Lin et al. (2024) Table 1", paper="lin2024uncertainty",
+                            preset="lin2024", net=("cifar", "ResNet-50"))
+    runs, notes = plans.plan_runs([lin])     # one PlannedRun per method calib trains
+    print(plans.sweep_command(lin, runs, "paper"))  # python -m calib sweep ...
+    plans.beside_paper(lin, results, ours="gaussian_overlap (quick)")   # DataFrame
+
+``results`` maps a run's :attr:`PlannedRun.key` to its rows (one per seed), e.g. from
+:func:`calib.experiments.tables.runs_of`.
+"""
+from __future__ import annotations
+
+import inspect
+import math
+import shlex
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from . import papers
+from .grid import format_loss_kwargs, parse_loss
+from .tables import SAME, mean_std, paper_row
+
+__all__ = ["PaperTable", "PlannedRun", "paper_table", "loss_spec", "plan_runs", "seeds_for", "beside_paper",
+           "mean_of", "against_ce", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
+
+FALLBACK_SEEDS = (0, 1, 2)
+"""Seeds of a table whose paper states none (Mukhoti et al. 2020)."""
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """One of a paper's tables, as calib trains it.
+
+    ``model`` is the calib network of the headline row (``dataset``), ``methods`` the
+    (method, params) pairs of that row in the paper's order, ``ts_method`` how the preset
+    fits the temperature, ``grid`` every (dataset, calib model) pair of the table's CIFAR
+    rows (what the paper-scale command trains).
+    """
+
+    title: str
+    paper: str
+    preset: str
+    model: str
+    ts_method: str
+    methods: tuple[tuple[str, str], ...]
+    grid: tuple[tuple[str, str], ...]
+    table: str = "1"
+    dataset: str = "cifar10"
+
+    @property
+    def post_column(self) -> str:
+        """The sweep column of the post-TS ECE with the paper's way of fitting T."""
+        return "ece_ts_grid" if self.ts_method == "grid" else "ece_ts_nll"
+
+
+@dataclass(frozen=True)
+class PlannedRun:
+    """One method of a table that calib trains: its sweep loss spec and per-cell settings."""
+
+    table: str
+    method: str
+    params: str
+    spec: str
+    train: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return self.table, self.method, self.params
+
+    @property
+    def meta(self) -> bool:
+        """Whether the method is meta-learned (several plain runs' cost)."""
+        return "meta" in self.train
+
+
+def paper_table(title: str, *, paper: str, preset: str, net: tuple[str, str], table: str = "1",
+                dataset: str = "cifar10", grid_datasets: Sequence[str] = ("cifar10", "cifar100")) -> PaperTable:
+    """A :class:`PaperTable` from the paper's rows of ``calib/paper_results.csv``.
+
+    ``net`` is ``(data family, the paper's name for the network)``, a key of
+    :data:`calib.experiments.papers.PAPER_MODELS` without the paper.
+
+    Raises:
+        ValueError: an unknown paper, preset or network, or no ECE row for the headline.
+    """
+    from ..train import presets
+
+    if paper not in papers.PAPERS:
+        raise ValueError(f"paper must be one of {list(papers.PAPERS)}, got {paper!r}")
+    if preset not in presets.PRESETS:
+        raise ValueError(f"preset must be one of {sorted(presets.PRESETS)}, got {preset!r}")
+    if (paper, *net) not in papers.PAPER_MODELS:
+        raise ValueError(f"no calib network for {paper} {net}; see calib.experiments.papers.PAPER_MODELS")
+    model = papers.PAPER_MODELS[(paper, *net)]
+    rows = papers.results(paper=paper, table=table, dataset=dataset, model=model, metric="ece", ts="pre")
+    if not rows:
+        raise ValueError(f"{paper} table {table} has no ECE row for {dataset} / {model}")
+    grid_rows = papers.results(paper=paper, table=table, dataset=tuple(grid_datasets), metric="ece", ts="pre")
+    return PaperTable(title=title, paper=paper, preset=preset, model=model,
+                      ts_method=presets.PRESETS[preset]["ts_method"],
+                      methods=tuple(dict.fromkeys((r["method"], r["params"]) for r in rows)),
+                      grid=tuple(sorted({(r["dataset"], r["model"]) for r in grid_rows})),
+                      table=table, dataset=dataset)
+
+
+def loss_spec(paper: str, method: str, params: str) -> tuple[str, dict[str, Any]]:
+    """``(registry name, keywords)`` that train a paper's loss row.
+
+    The keywords are the row's ``params`` updated by
+    :data:`calib.experiments.papers.PAPER_LOSS_KWARGS`; keywords equal to the loss's
+    defaults are dropped, so one setting is one run of a sweep.
+
+    Raises:
+        ValueError: a method that is not a calib loss, or keywords the loss does not take.
+    """
+    from .. import losses
+
+    if method not in losses.names():
+        raise ValueError(f"calib has no loss named {method!r}")
+    kw = parse_loss(f"{method}:{params}")[1] if params else {}
+    kw.update(papers.PAPER_LOSS_KWARGS.get((paper, method), {}))
+    try:
+        losses.make(method, **kw)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"the paper's keywords {kw} do not fit calib's loss: {exc}") from None
+    defaults = inspect.signature(losses.functional(method)).parameters
+    return method, {k: v for k, v in kw.items() if k not in defaults or defaults[k].default != v}
+
+
+def _spec(name: str, kwargs: Mapping[str, Any], train: Mapping[str, Any]) -> str:
+    spec = f"{name}:{format_loss_kwargs(kwargs)}" if kwargs else name
+    return spec + ("@" + format_loss_kwargs(train) if train else "")
+
+
+def plan_runs(tables: Sequence[PaperTable]) -> tuple[list[PlannedRun], list[str]]:
+    """Every method of ``tables`` that calib can train, and a note for each it cannot.
+
+    A method is trained if calib's loss registry has it (:func:`loss_spec`) or if
+    :data:`calib.experiments.papers.METHODS` says how (mixup, meta-learning: a loss plus
+    per-cell training settings, the sweep's ``NAME@field=value``).
+    """
+    from .. import losses
+
+    runs, notes = [], []
+    for t in tables:
+        for method, params in t.methods:
+            if method in losses.names():
+                try:
+                    name, kw = loss_spec(t.paper, method, params)
+                except ValueError as exc:
+                    notes.append(f"{t.title}: {_label(method, params)} skipped, {exc}")
+                    continue
+                runs.append(PlannedRun(t.title, method, params, _spec(name, kw, {})))
+            elif method in papers.METHODS:
+                m = papers.METHODS[method]
+                runs.append(PlannedRun(t.title, method, params, _spec(m["loss"], {}, m["train"]),
+                                       dict(m["train"])))
+            else:
+                notes.append(f"{t.title}: {_label(method, params)} skipped, calib has no loss or "
+                             "method of that name")
+    return runs, notes
+
+
+def seeds_for(preset: str, seeds: Any = "paper") -> Any:
+    """``seeds``, or :data:`FALLBACK_SEEDS` where ``seeds="paper"`` and the preset's paper states none."""
+    from ..train import presets
+
+    if seeds == "paper" and preset not in presets.PAPER_SEEDS:
+        return list(FALLBACK_SEEDS)
+    return seeds
+
+
+def _label(method: str, params: str) -> str:
+    return f"{method} ({params})" if params else method
+
+
+def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any], *, ours: str) -> Any:
+    """Our ECE (mean ± std over seeds, in %) before and after TS beside the paper's, per method.
+
+    ``results`` maps :attr:`PlannedRun.key` to that method's runs; a method without runs
+    reads "not run", a paper cell it lacks "–". ``ours`` names our data and profile in
+    the index heading.
+    """
+    import pandas as pd
+
+    out = {}
+    for method, params in table.methods:
+        runs = results.get((table.title, method, params))
+        cell = dict(paper=table.paper, table=table.table, dataset=table.dataset, model=table.model,
+                    params=params, metric="ece")
+        out[_label(method, params)] = {
+            "ECE % (ours)": "not run" if runs is None else mean_std(runs["ece"]),
+            "ECE % (paper)": _paper_text(method, ts="pre", **cell),
+            "after TS % (ours)": "not run" if runs is None else mean_std(runs[table.post_column]),
+            "after TS % (paper)": _paper_text(method, ts="post", **cell),
+        }
+    frame = pd.DataFrame(out).T
+    frame.index.name = f"ours: {ours} | paper: CIFAR-10 {table.model}"
+    return frame
+
+
+def _paper_text(method: str, *, paper: str, **filters: Any) -> str:
+    row = paper_row(paper, method, **filters)
+    return SAME if row is None else papers._fmt(row["value"], row["std"])
+
+
+def mean_of(results: Mapping[tuple[str, str, str], Any], title: str, method: str, column: str) -> float:
+    """Our mean over seeds of ``column`` for a method of a table (NaN when it was not run)."""
+    for (t, m, _), runs in results.items():
+        if t == title and m == method:
+            return float(runs[column].mean())
+    return float("nan")
+
+
+def against_ce(table: PaperTable, results: Mapping[tuple[str, str, str], Any]) -> Any:
+    """For every method both the paper and our runs have: is its ECE before TS below CE's?
+
+    Returns a DataFrame with "paper: below CE", "ours: below CE" and "same ordering"
+    (``"yes"`` / ``"no"`` / ``"NO"`` where the orderings disagree).
+    """
+    import pandas as pd
+
+    cell = dict(table=table.table, dataset=table.dataset, model=table.model, metric="ece", ts="pre")
+    ce_paper = paper_row(table.paper, "ce", params="", **cell)
+    out = {}
+    for method, params in table.methods:
+        theirs = paper_row(table.paper, method, params=params, **cell)
+        ours = results.get((table.title, method, params))
+        if method == "ce" or theirs is None or ce_paper is None or ours is None:
+            continue
+        paper_below = theirs["value"] < ce_paper["value"]
+        ours_below = ours["ece"].mean() < mean_of(results, table.title, "ce", "ece")
+        out[_label(method, params)] = {"paper: below CE": "yes" if paper_below else "no",
+                                       "ours: below CE": "yes" if ours_below else "no",
+                                       "same ordering": "yes" if paper_below == ours_below else "NO"}
+    return pd.DataFrame(out).T
+
+
+def shell_lines(words: Sequence[str], width: int = 80) -> str:
+    """``words`` as one shell command over lines of at most ``width`` characters.
+
+    Lines end in `` \\`` (continued) and continuation lines are indented by four spaces.
+
+    Raises:
+        ValueError: no words, or a word too long for a line of ``width``.
+    """
+    if not words:
+        raise ValueError("words is empty")
+    if too_long := [w for w in words if len(w) + 6 > width]:
+        raise ValueError(f"{too_long[0]!r} does not fit a shell line of {width} characters")
+    lines = [words[0]]
+    for word in words[1:]:
+        if len(lines[-1]) + len(word) + 3 > width:
+            lines.append("    " + word)
+        else:
+            lines[-1] += " " + word
+    return " \\\n".join(lines)
+
+
+def sweep_command(table: PaperTable, runs: Sequence[PlannedRun], profile: str, *, width: int = 80) -> str:
+    """The one ``python -m calib sweep`` command that trains ``table`` at ``profile`` scale.
+
+    It covers the table's CIFAR grid (every dataset and network of its rows), the paper's
+    seeds (or :data:`FALLBACK_SEEDS`) and every planned run of the table, and writes to
+    ``runs/<preset>-table<N>-<profile>``.
+    """
+    from ..train import presets
+
+    if profile not in ("quick", "colab", "paper"):
+        raise ValueError(f"profile must be 'quick', 'colab' or 'paper', got {profile!r}")
+    seeds = "paper" if table.preset in presets.PAPER_SEEDS else ",".join(map(str, FALLBACK_SEEDS))
+    args = [f"--profile {profile}", f"--preset {table.preset}",
+            f"--data {','.join(sorted({d for d, _ in table.grid}))}",
+            f"--model {','.join(sorted({m for _, m in table.grid}))}", f"--seeds {seeds}", "--download"]
+    args += [f"--loss {shlex.quote(r.spec)}" for r in runs if r.table == table.title]
+    args += [f"--out runs/{table.preset}-table{table.table}-{profile}"]
+    return shell_lines(["python -m calib sweep", *args], width)
+
+
+def forward_gflops(model: str, num_classes: int = 10, size: int = 32) -> float:
+    """Forward-pass GFLOPs of a calib network on one ``3 x size x size`` image.
+
+    Counted by ``torch.utils.flop_counter.FlopCounterMode`` (a multiply-add is 2 FLOPs).
+    """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from .. import models
+
+    net = models.make(model, num_classes).eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        net(torch.zeros(1, 3, size, size))
+    return counter.get_total_flops() / 1e9
+
+
+def gpu_hours(table: PaperTable, runs: Sequence[PlannedRun], profile: str, *, ref_minutes: float,
+              flops: Mapping[str, float], method_cost: Mapping[str, float] | None = None,
+              ref_model: str = "resnet50", ref_epochs: int = 350) -> float:
+    """Estimated GPU hours of a table's sweep, scaled from one reported training time.
+
+    ``hours = sum over nets n, runs r of  ref_minutes * F(n) / F(ref) * E / ref_epochs
+    * cost(r) * S / 60``, with ``F`` the forward FLOPs (:func:`forward_gflops`), ``E`` the
+    preset's epochs at ``profile``, ``S`` its number of seeds and ``cost`` a method's
+    time relative to CE (1 unless given). Meta-learned runs are left out. Lin et al.
+    (2024) report the reference time (CE, ResNet-50, CIFAR-10, 350 epochs, one RTX 4090).
+    """
+    from ..train import presets
+
+    if not ref_minutes > 0:
+        raise ValueError(f"ref_minutes must be positive, got {ref_minutes!r}")
+    if missing := sorted({n for _, n in table.grid} - set(flops) | ({ref_model} - set(flops))):
+        raise ValueError(f"flops lacks the networks {missing}")
+    epochs = presets.PRESET_EPOCHS[table.preset][profile]
+    n_seeds = len(presets.PAPER_SEEDS.get(table.preset, FALLBACK_SEEDS))
+    cost = dict(method_cost or {})
+    minutes = 0.0
+    for _, net in table.grid:
+        per_run = ref_minutes * flops[net] / flops[ref_model] * epochs / ref_epochs
+        for r in runs:
+            if r.table == table.title and not r.meta:
+                minutes += per_run * cost.get(r.method, 1.0) * n_seeds
+    return minutes / 60 if math.isfinite(minutes) else float("nan")

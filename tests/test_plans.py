@@ -1,0 +1,145 @@
+"""calib.experiments.plans: a paper's table as a run plan, its command and its table beside the paper's."""
+from __future__ import annotations
+
+import math
+import shlex
+
+import pandas as pd
+import pytest
+
+from calib.experiments import papers, plans
+
+
+@pytest.fixture(scope="module")
+def lin() -> plans.PaperTable:
+    return plans.paper_table("Lin et al. (2024) Table 1", paper="lin2024uncertainty", preset="lin2024",
+                             net=("cifar", "ResNet-50"))
+
+
+@pytest.fixture(scope="module")
+def wang() -> plans.PaperTable:
+    return plans.paper_table("Wang & Golebiowski (2024) Table 1", paper="wang2024unbiased", preset="wang2024",
+                             net=("cifar", "ResNet-18"))
+
+
+def test_paper_table_reads_the_papers_rows(lin) -> None:
+    rows = papers.results(paper="lin2024uncertainty", table="1", dataset="cifar10", model="resnet50",
+                          metric="ece", ts="pre")
+    assert [m for m, _ in lin.methods] == [r["method"] for r in rows]
+    assert lin.model == "resnet50" and lin.ts_method == "grid" and lin.post_column == "ece_ts_grid"
+    assert ("cifar100", "resnet50") in lin.grid and all(d in ("cifar10", "cifar100") for d, _ in lin.grid)
+    with pytest.raises(ValueError, match="PAPER_MODELS"):
+        plans.paper_table("x", paper="lin2024uncertainty", preset="lin2024", net=("cifar", "VGG-16"))
+    with pytest.raises(ValueError, match="preset"):
+        plans.paper_table("x", paper="lin2024uncertainty", preset="nope", net=("cifar", "ResNet-50"))
+    with pytest.raises(ValueError, match="paper"):
+        plans.paper_table("x", paper="smith2030", preset="lin2024", net=("cifar", "ResNet-50"))
+
+
+def test_loss_spec_applies_the_papers_keywords_and_drops_defaults() -> None:
+    assert plans.loss_spec("lin2024uncertainty", "mmce", "") == ("mmce", {"normalization": "code"})
+    assert plans.loss_spec("wang2024unbiased", "focal", "gamma=1") == ("focal", {"gamma": 1.0})
+    assert plans.loss_spec("mukhoti2020focal", "focal", "gamma=3") == ("focal", {})  # γ = 3 is the default
+    with pytest.raises(ValueError, match="no loss named"):
+        plans.loss_spec("wang2024unbiased", "mixup", "")
+
+
+def test_plan_runs_covers_losses_and_training_methods(lin, wang) -> None:
+    runs, notes = plans.plan_runs([lin, wang])
+    assert notes == []
+    assert [r.method for r in runs if r.table == lin.title] == [m for m, _ in lin.methods]
+    mixup = next(r for r in runs if r.method == "mixup")
+    assert mixup.spec == "ce@mixup_alpha=1.0" and not mixup.meta
+    assert all(r.meta for r in runs if r.method.startswith(("meta_", "gamma_net")))
+    assert len({r.key for r in runs}) == len(runs)
+
+
+def test_plan_runs_notes_what_calib_cannot_train(lin) -> None:
+    odd = plans.PaperTable("T", "lin2024uncertainty", "lin2024", "resnet50", "grid",
+                           methods=(("ce", ""), ("svm", ""), ("focal", "gamma=-1")), grid=())
+    runs, notes = plans.plan_runs([odd])
+    assert [r.method for r in runs] == ["ce"]
+    assert len(notes) == 2 and "svm skipped, calib has no loss or method" in notes[0]
+    assert "focal (gamma=-1) skipped" in notes[1]
+
+
+def test_sweep_command_is_one_valid_cli_call_within_80_columns(lin, wang) -> None:
+    from calib.cli import build_parser
+
+    runs, _ = plans.plan_runs([lin, wang])
+    for table in (lin, wang):
+        text = plans.sweep_command(table, runs, "paper")
+        assert max(len(line) for line in text.splitlines()) <= 80
+        argv = shlex.split(text.replace("\\\n", " "))
+        args = build_parser().parse_args(argv[3:])
+        assert argv[:3] == ["python", "-m", "calib"] and args.command == "sweep"
+        assert args.profile == "paper" and args.preset == table.preset
+        assert args.loss == [r.spec for r in runs if r.table == table.title]
+    mukhoti = plans.paper_table("M", paper="mukhoti2020focal", preset="mukhoti2020", net=("cifar", "ResNet-50"))
+    assert "--seeds 0,1,2" in plans.sweep_command(mukhoti, [], "colab")  # the paper states no seeds
+    with pytest.raises(ValueError, match="profile"):
+        plans.sweep_command(lin, runs, "huge")
+
+
+def test_shell_lines() -> None:
+    words = ["python -m calib sweep"] + [f"--loss loss{i}" for i in range(20)]
+    text = plans.shell_lines(words, width=40)
+    lines = text.splitlines()
+    assert len(lines) > 1 and max(map(len, lines)) <= 40
+    assert all(line.endswith(" \\") for line in lines[:-1]) and lines[1].startswith("    --loss")
+    assert shlex.split(text.replace("\\\n", " ")) == " ".join(words).split()
+    with pytest.raises(ValueError, match="does not fit"):
+        plans.shell_lines(["x", "y" * 80])
+    with pytest.raises(ValueError, match="empty"):
+        plans.shell_lines([])
+
+
+def test_seeds_for() -> None:
+    assert plans.seeds_for("mukhoti2020") == [0, 1, 2]
+    assert plans.seeds_for("lin2024") == "paper"
+    assert plans.seeds_for("mukhoti2020", [5]) == [5]
+
+
+def test_gpu_hours_follows_its_formula(lin) -> None:
+    from calib.train import presets
+
+    runs, _ = plans.plan_runs([lin])
+    flops = {net: 2.0 for _, net in lin.grid} | {"resnet50": 4.0}
+    hours = plans.gpu_hours(lin, runs, "paper", ref_minutes=60.0, flops=flops, method_cost={"bsce_gra": 2.0})
+    epochs = presets.PRESET_EPOCHS["lin2024"]["paper"]
+    per_run = {net: 60.0 * flops[net] / 4.0 * epochs / 350 for _, net in lin.grid}
+    n_seeds = len(presets.PAPER_SEEDS["lin2024"])
+    expected = sum(per_run[net] * (len(runs) + 1) * n_seeds for _, net in lin.grid) / 60  # bsce_gra counts twice
+    assert hours == pytest.approx(expected)
+    colab = plans.gpu_hours(lin, runs, "colab", ref_minutes=60.0, flops=flops)
+    assert 0 < colab < hours
+    with pytest.raises(ValueError, match="flops lacks"):
+        plans.gpu_hours(lin, runs, "paper", ref_minutes=60.0, flops={"resnet50": 1.0})
+    with pytest.raises(ValueError, match="ref_minutes"):
+        plans.gpu_hours(lin, runs, "paper", ref_minutes=0.0, flops=flops)
+
+
+def test_forward_gflops_counts_more_for_a_deeper_net() -> None:
+    small, deep = plans.forward_gflops("resnet20"), plans.forward_gflops("resnet32")
+    assert 0.01 < small < deep < 0.2  # about 0.08 and 0.14 GFLOPs (2 per multiply-add)
+
+
+def _runs(eces, post=None) -> pd.DataFrame:
+    return pd.DataFrame({"ece": eces, "ece_ts_grid": post or eces, "seed": range(len(eces))})
+
+
+def test_beside_paper_against_ce_and_mean_of(lin) -> None:
+    results = {(lin.title, "ce", ""): _runs([0.05, 0.07]),
+               (lin.title, "bsce_gra", ""): _runs([0.01, 0.02], [0.015, 0.015]),
+               (lin.title, "mmce", ""): _runs([0.01, 0.01])}
+    table = plans.beside_paper(lin, results, ours="toy (quick)")
+    assert table.index.name == "ours: toy (quick) | paper: CIFAR-10 resnet50"
+    assert table.loc["ce", "ECE % (ours)"] == "6.00 ± 1.41" and table.loc["ce", "ECE % (paper)"] == "4.36"
+    assert table.loc["bsce_gra", "after TS % (ours)"] == "1.50 ± 0.00"
+    assert table.loc["brier", "ECE % (ours)"] == "not run"
+    assert plans.mean_of(results, lin.title, "ce", "ece") == pytest.approx(0.06)
+    assert math.isnan(plans.mean_of(results, lin.title, "brier", "ece"))
+    order = plans.against_ce(lin, results)
+    assert list(order.index) == ["mmce", "bsce_gra"]  # the paper's order; CE and unrun methods left out
+    assert order.loc["bsce_gra", "same ordering"] == "yes"
+    assert order.loc["mmce", "paper: below CE"] == "no" and order.loc["mmce", "same ordering"] == "NO"
