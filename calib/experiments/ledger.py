@@ -7,7 +7,7 @@ per sweep::
     results/<name>/sweep.json         the sweep's manifest (grid and every cell's settings)
     results/<name>/results.csv        one row per finished run; summary.csv, summary.md
     results/<name>/runs/<cell>/       config.json, history.jsonl (every epoch), metrics.json
-    results/<name>/provenance.json    command, commit, torch version, threads, machine, times
+    results/<name>/provenance.json  command, commit, torch version, threads, machine, times
 
 Checkpoints and logits stay out of git (``results/.gitignore``). Every ledger run uses
 one thread per process, so a CPU run is deterministic: ``tests/test_ledger.py`` re-runs

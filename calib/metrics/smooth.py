@@ -88,8 +88,8 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, t
     (:func:`soft_accuracy`, temperature ``tau``) and the Gaussian kernel
     ``K(z, z') = exp(-(z - z')^2 / (2 h^2))`` (Eq. 6; ``h = 0.01`` in section 5)::
 
-        SACC_i = sum_j a_j K(z_i, z_j) / sum_j K(z_i, z_j)      (Eq. 5, normalised as Eq. 12)
-        SECE   = (1/N) sum_i |SACC_i - z_i|                     (Eq. 7)
+        SACC_i = sum_j a_j K(z_i, z_j) / sum_j K(z_i, z_j)   (Eq. 5, normalised: Eq. 12)
+        SECE   = (1/N) sum_i |SACC_i - z_i|                  (Eq. 7)
 
     The paper uses "the all-pairs approach [Qin et al. 2010] to ensure differentiability"
     and says that "replacing binary accuracy with accuracy computed using all-pairs

@@ -9,18 +9,17 @@ probabilities are at hand. Using a calibrator before ``fit`` raises
 :class:`NotFittedError`, a subclass of ``ValueError`` and ``AttributeError`` (as in
 scikit-learn).
 
-=============================== ==================================================== ==============
-calibrator                      map                                                  parameters
-=============================== ==================================================== ==============
-:class:`TemperatureScaling`     ``softmax(g / T)``                                   1
-:class:`EnsembleTemperatureScaling` ``w1 softmax(g/T) + w2 softmax(g) + w3 / K``     3
-:class:`PlattScaling` (K = 2)   ``sigmoid(a (g_1 - g_0) + b)``                       2
-:class:`VectorScaling`          ``softmax(w * g + b)``                               2K
-:class:`MatrixScaling`          ``softmax(W g + b)``                                 K^2 + K
-:class:`DirichletCalibration`   ``softmax(W log softmax(g) + b)``                    K^2 + K
-:class:`IsotonicCalibration`    per-class monotone step function, renormalised       non-parametric
-:class:`HistogramBinning`       top-label confidence -> its bin's accuracy           n_bins
-=============================== ==================================================== ==============
+The calibrators, their maps of the logits ``g`` and their number of parameters:
+
+* :class:`TemperatureScaling`: ``softmax(g / T)``; 1.
+* :class:`EnsembleTemperatureScaling`: ``w1 softmax(g / T) + w2 softmax(g) + w3 / K``; 3.
+* :class:`PlattScaling` (K = 2): ``sigmoid(a (g_1 - g_0) + b)``; 2.
+* :class:`VectorScaling`: ``softmax(w * g + b)``; 2K.
+* :class:`MatrixScaling`: ``softmax(W g + b)``; K^2 + K.
+* :class:`DirichletCalibration`: ``softmax(W log softmax(g) + b)``; K^2 + K.
+* :class:`IsotonicCalibration`: a monotone step function per class, rows renormalised;
+  non-parametric.
+* :class:`HistogramBinning`: top-label confidence -> its bin's accuracy; ``n_bins``.
 
 Sources: temperature scaling, vector and matrix scaling (Guo et al. 2017, section 4.2);
 Dirichlet calibration and the ODIR regulariser (Kull et al. 2019, section 3); ensemble
