@@ -23,15 +23,6 @@ Every failure is one line on stderr; ``--debug`` or ``CALIB_DEBUG=1`` shows the 
 """
 from __future__ import annotations
 
-if __name__ == "__main__":  # Ctrl-C while torch is still importing: leave quietly with 130
-    import os as _os
-    import signal as _signal
-
-    def _startup_interrupt(signum: int, frame: object) -> None:
-        _os._exit(130)
-
-    _signal.signal(_signal.SIGINT, _startup_interrupt)
-
 import argparse
 import contextlib
 import json
@@ -522,8 +513,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     Argument and run-directory problems exit 2 (argparse style), a failed run exits 1, and
     Ctrl-C exits 130 without a traceback; ``--debug``/``CALIB_DEBUG=1`` re-raises instead.
     """
-    if signal.getsignal(signal.SIGINT) is globals().get("_startup_interrupt"):
-        signal.signal(signal.SIGINT, signal.default_int_handler)  # start-up is over
+    if getattr(signal.getsignal(signal.SIGINT), "__name__", "") == "_startup_interrupt":
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # start-up is over (see calib.__main__)
     args = None
     try:
         parser = build_parser()

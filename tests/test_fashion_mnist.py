@@ -170,7 +170,7 @@ def test_corrupt_file_is_one_line_naming_it(isolated, case):
 
 
 def test_corrupt_file_through_the_cli_is_one_line(isolated, capsys):
-    from calib.__main__ import main
+    from calib.cli import main
 
     fake.write_fashion_mnist(isolated)
     _images(isolated).write_bytes(_images(isolated).read_bytes()[:300])
@@ -275,7 +275,7 @@ def test_trainer_on_fashion_mnist_with_train_size(isolated):
 
 
 def test_sweep_loads_the_train_size_subset(isolated):
-    from calib import sweep
+    from calib.experiments import sweep
     from calib.train import TrainConfig
 
     fake.write_fashion_mnist(isolated, n_train=80, n_test=20)

@@ -163,7 +163,7 @@ def test_stale_lock_of_a_killed_process_is_taken_over(tmp_path):
     out = tmp_path / "run"
     # a holder killed with SIGKILL: its flock is gone, its lock file remains
     holder = subprocess.Popen([sys.executable, "-c", (
-        "import sys, time; sys.path.insert(0, sys.argv[2]); from calib import rundir\n"
+        "import sys, time; sys.path.insert(0, sys.argv[2]); from calib.train import rundir\n"
         "with rundir.lock(sys.argv[1]):\n    print('locked', flush=True); time.sleep(600)"),
         str(out), str(ROOT)], stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from calib import profile, profile as runtime
+from calib import profile
 from calib.cli import main
 from calib.data import DownloadError, fake, load
 from calib.train import TrainConfig, Trainer, smoke_config
@@ -180,32 +180,32 @@ def test_describe_warns_on_a_gpu_profile_without_a_gpu(monkeypatch):
 def test_t4_estimate_is_labelled_estimated_or_measured():
     table = {"chapters": {"a": {"train_flops": 8e12, "other_seconds": 10.0},
                           "b": {"t4_seconds": 600.0, "train_flops": 1.0, "other_seconds": 1.0}}}
-    a = runtime.t4_estimate("a", table)
-    assert a.seconds == pytest.approx(10 + 8e12 / runtime.T4_SUSTAINED_FLOPS) and not a.measured
+    a = profile.t4_estimate("a", table)
+    assert a.seconds == pytest.approx(10 + 8e12 / profile.T4_SUSTAINED_FLOPS) and not a.measured
     assert "estimated" in a.describe()
-    b = runtime.t4_estimate("b", table)
+    b = profile.t4_estimate("b", table)
     assert b.measured and b.seconds == 600 and "measured" in b.describe() and "10 min" in b.describe()
-    assert runtime.t4_estimate("c", table).seconds is None
+    assert profile.t4_estimate("c", table).seconds is None
     with pytest.raises(TypeError, match="chapter"):
-        runtime.t4_estimate(3)
+        profile.t4_estimate(3)
 
 
 def test_every_chapter_has_a_recorded_estimate():
-    table = json.loads(runtime.RUNTIMES_FILE.read_text())
+    table = json.loads(profile.RUNTIMES_FILE.read_text())
     for nb in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
         if nb.stem in table["chapters"]:
-            est = runtime.t4_estimate(nb.stem)
+            est = profile.t4_estimate(nb.stem)
             assert est.seconds is not None and est.seconds > 0
 
 
 def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(runtime.LEDGER_VAR, str(ledger))
+    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
     cfg = TrainConfig.from_preset("cifar", "colab", data="cifar10", model="mlp", model_kwargs={"hidden": 8},
                                   progress=False)
     trainer = Trainer(cfg)
     (line,) = [json.loads(s) for s in ledger.read_text().splitlines()]
-    per = runtime.forward_flops(trainer.model, trainer.data.train_x)
+    per = profile.forward_flops(trainer.model, trainer.data.train_x)
     # 30 epochs of 45,000 training images (3 passes) and 5,000 validation images, then val + test
     expected = per * (30 * (3 * 45_000 + 5_000) + 5_000 + 10_000)
     assert line["flops"] == pytest.approx(expected) and line["epochs"] == 30

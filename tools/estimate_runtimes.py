@@ -29,7 +29,7 @@ import time
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from calib import profile as runtime  # noqa: E402
+from calib import profile  # noqa: E402
 
 
 def run_chapter(nb: pathlib.Path, env: dict[str, str]) -> tuple[int, float]:
@@ -46,7 +46,7 @@ def main() -> int:
     parser.add_argument("chapters", nargs="*", help="chapter number prefixes (default: all)")
     parser.add_argument("--measure", action="store_true", help="run the real colab profile (on a T4)")
     args = parser.parse_args()
-    table = json.loads(runtime.RUNTIMES_FILE.read_text()) if runtime.RUNTIMES_FILE.is_file() else {}
+    table = json.loads(profile.RUNTIMES_FILE.read_text()) if profile.RUNTIMES_FILE.is_file() else {}
     chapters = table.setdefault("chapters", {})
     notebooks = [p for p in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
                  if not args.chapters or p.name[:2] in args.chapters]
@@ -57,7 +57,7 @@ def main() -> int:
             base.update(CALIB_SMOKE="1", CALIB_DATA=f"{tmp}/data", OMP_NUM_THREADS="1")
         for nb in notebooks:
             ledger = pathlib.Path(tmp) / f"{nb.stem}.jsonl"
-            rc, seconds = run_chapter(nb, dict(base, **{runtime.LEDGER_VAR: str(ledger)}))
+            rc, seconds = run_chapter(nb, dict(base, **{profile.LEDGER_VAR: str(ledger)}))
             if rc:
                 print(f"{nb.stem}: failed (exit {rc}); nothing recorded")
                 continue
@@ -66,7 +66,7 @@ def main() -> int:
             else:
                 flops = sum(json.loads(s)["flops"] for s in ledger.read_text().splitlines()) if ledger.exists() else 0.0
                 chapters[nb.stem] = {"train_flops": flops, "other_seconds": round(seconds, 1)}
-            print(f"{nb.stem}: {runtime.t4_estimate(nb.stem, table).describe()}")
+            print(f"{nb.stem}: {profile.t4_estimate(nb.stem, table).describe()}")
     table["note"] = (
         "other_seconds: wall time of the chapter's colab branch in smoke mode (CALIB_SMOKE=1, one "
         "thread) on the machine below, an upper bound on its non-training work; train_flops: "
@@ -75,7 +75,7 @@ def main() -> int:
     )
     table["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}"
     table["date"] = datetime.date.today().isoformat()
-    runtime.RUNTIMES_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
+    profile.RUNTIMES_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
     return 0
 
 
