@@ -3,12 +3,13 @@
 ``sweep``    losses x seeds (x data x models) -> run directories, results.csv, summary.md
 ``papers``   the papers' table numbers as data (``calib/paper_results.csv``) and how calib trains each row
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
+``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import ledger, papers, sweep, toy
+from . import ledger, papers, shift, sweep, toy
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["ledger", "papers", "sweep", "toy", *_toy_all]
+__all__ = ["ledger", "papers", "shift", "sweep", "toy", *_toy_all]
