@@ -172,6 +172,7 @@ def test_shift_table_rows_and_temperature():
     assert math.isclose(r0["ece"], metrics.ece(z.double().softmax(1), y), rel_tol=1e-9)
     assert math.isclose(r0_ts["nll"], metrics.nll((z / 2).double().softmax(1), y), rel_tol=1e-6)
     assert r0["accuracy"] == r0_ts["accuracy"]  # a temperature never changes the arg-max
+    assert r0_ts["confidence"] < r0["confidence"]  # T = 2 > 1 softens
     assert math.isclose(rows[2]["ece"], r0_ts["ece"])  # z/2 without TS == z with T = 2
 
 

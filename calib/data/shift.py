@@ -6,19 +6,17 @@ Each corruption is a function ``(images, severity) -> images`` on ``uint8`` tens
 ``(N, C, H, W)``: pure PyTorch, one call for the whole batch, on the images' device.
 Severity 0 returns an unchanged copy; severities 1..5 follow these scales:
 
-=================  ===========================================================================
-``gaussian_noise`` additive N(0, c²) on intensities in [0, 1], clipped, with
-                   c = 0.08, 0.12, 0.18, 0.26, 0.38: ImageNet-C's scale (Hendrycks & Dietterich
-                   (2019), §3, their released ``gaussian_noise``). The standard deviation is
-                   relative to the intensity range, so it carries over to 28 × 28 images.
-``gaussian_blur``  a Gaussian kernel of standard deviation σ = 0.4, 0.6, 0.7, 0.8, 1.0 pixels
-                   (CIFAR-10-C's scale, Hendrycks & Dietterich (2019): σ is measured in pixels,
-                   and CIFAR's 32 × 32 is the published resolution closest to Fashion-MNIST's
-                   28 × 28), truncated at 4σ, reflecting the border.
-``rotation``       rotation about the image centre by 15°, 30°, 45°, 60°, 75°: the first five of
-                   Ovadia et al. (2019)'s 15° steps for rotated MNIST (§4.1, their Fig. 1),
-                   bilinear, the uncovered corners filled with 0 (Fashion-MNIST's background).
-=================  ===========================================================================
+* ``gaussian_noise``: additive N(0, c²) on intensities in [0, 1], clipped, with
+  c = 0.08, 0.12, 0.18, 0.26, 0.38, ImageNet-C's scale (Hendrycks & Dietterich (2019), §3,
+  their released ``gaussian_noise``). The standard deviation is relative to the intensity
+  range, so it carries over to 28 × 28 images.
+* ``gaussian_blur``: a Gaussian kernel of standard deviation σ = 0.4, 0.6, 0.7, 0.8, 1.0
+  pixels, CIFAR-10-C's scale (Hendrycks & Dietterich (2019); σ is measured in pixels, and
+  CIFAR's 32 × 32 is the published resolution closest to Fashion-MNIST's 28 × 28),
+  truncated at 4σ, reflecting the border.
+* ``rotation``: rotation about the image centre by 15°, 30°, 45°, 60°, 75°, the first five
+  of Ovadia et al. (2019)'s 15° steps for rotated MNIST (§4.1), bilinear, the uncovered
+  corners filled with 0 (Fashion-MNIST's background).
 
 :func:`corrupt` dispatches by name; only the noise is random, drawn from a CPU generator
 seeded by ``seed`` so the same seed gives the same images on any device.

@@ -7,8 +7,10 @@ data (Ovadia et al. (2019) fit it the same way: the shift is unknown when calibr
 
 >>> from calib.experiments import shift  # doctest: +SKIP
 >>> predict = shift.predictor(model, mean=splits.mean, std=splits.std)  # doctest: +SKIP
->>> logits = shift.shift_logits(predict, splits.test_x)  # {(corruption, severity): logits}
->>> rows = shift.shift_table(logits, splits.test_y, temperature=1.7, loss="ce", seed=0)
+>>> logits = shift.shift_logits(predict, splits.test_x)  # doctest: +SKIP
+>>> # logits: {(corruption, severity): logits}
+>>> rows = shift.shift_table(logits, splits.test_y, temperature=1.7,
+...                          loss="ce", seed=0)  # doctest: +SKIP
 
 ``ensemble_logits`` averages the softmax of several models' logits (a deep ensemble,
 Lakshminarayanan et al. (2017), §2.4) and returns its log, so an ensemble goes through
@@ -92,11 +94,12 @@ def ensemble_logits(members: Sequence[Mapping[Cell, Tensor]]) -> dict[Cell, Tens
 
 def shift_table(logits: Mapping[Cell, Tensor], labels: Tensor, *, temperature: float | None = None,
                 n_bins: int = 15, **tags: Any) -> list[dict[str, Any]]:
-    """One row per cell: ``tags``, corruption, severity, accuracy, ece, nll, and ``ts``.
+    """One row per cell: ``tags``, corruption, severity, ``ts``, accuracy, confidence, ece, nll.
 
     Without ``temperature`` the rows have ``ts=False``; with one, each cell gets a second row
     (``ts=True``) on ``logits / temperature``. ECE is binned top-label ECE with ``n_bins``
-    equal-width bins (:func:`calib.metrics.ece`); NLL in nats.
+    equal-width bins (:func:`calib.metrics.ece`); NLL in nats; confidence is the mean
+    top-label probability (above the accuracy: over-confident on average).
     """
     if not logits:
         raise ValueError("logits is empty; pass the dict shift_logits returns")
@@ -107,7 +110,8 @@ def shift_table(logits: Mapping[Cell, Tensor], labels: Tensor, *, temperature: f
         for ts, t in temps:
             p = (z.double() / t).softmax(1)
             rows.append({**tags, "corruption": name, "severity": severity, "ts": ts,
-                         "accuracy": metrics.accuracy(p, y), "ece": metrics.ece(p, y, n_bins),
+                         "accuracy": metrics.accuracy(p, y), "confidence": float(p.max(1).values.mean()),
+                         "ece": metrics.ece(p, y, n_bins),
                          "nll": metrics.nll(p, y)})
     return rows
 
