@@ -11,10 +11,11 @@
 ``toy``            Gaussian mixture with the true posterior eta(x); scikit-learn's bundled digits
 ``splits``         the ``Splits`` container every loader returns; smoke-mode subsets
 ``loader``         a loader that keeps a whole split on the device and augments a batch at once
+``shift``          image corruptions at five severities (noise, blur, rotation) for shift studies
 ``fake``           tiny synthetic Fashion-MNIST/CIFAR/SVHN/Tiny-ImageNet in the real formats
 =================  ==========================================================================
 """
-from . import fake  # noqa: F401
+from . import fake, shift  # noqa: F401
 from .splits import *  # noqa: F401,F403
 from .toy import *  # noqa: F401,F403
 from .vision import *  # noqa: F401,F403

@@ -5,12 +5,13 @@
 ``tables``   seed bookkeeping for a chapter's tables: runs by loss, mean ± std, t-tests, paper cells
 ``plans``    a paper's table as a run plan, its ``python -m calib sweep`` command and the table beside the paper's
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
+``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import ledger, papers, plans, sweep, tables, toy
+from . import ledger, papers, plans, shift, sweep, tables, toy
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["ledger", "papers", "plans", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["ledger", "papers", "plans", "shift", "sweep", "tables", "toy", *_toy_all]

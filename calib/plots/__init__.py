@@ -9,6 +9,7 @@ Submodules, one per chapter family (all re-exported here):
 ``meta``         gamma distribution over epochs
 ``repro``        curves over epochs with bands, coefficient sweeps, grouped histograms
 ``stats``        seaborn, over seeds: a metric per loss with intervals, confidence violins, sweep heatmaps
+``shift``        a metric against corruption severity, a line per method with seed bands
 
 :func:`book_style` sets what every chapter shares: fonts of at least 9 pt and SVG output
 in notebooks, so figures stay sharp at any zoom.
@@ -23,4 +24,5 @@ from .meta import *  # noqa: F401,F403
 from .repro import *  # noqa: F401,F403
 from .derivations import *  # noqa: F401,F403
 from .stats import *  # noqa: F401,F403
+from .shift import *  # noqa: F401,F403
 from .style import book_style  # noqa: F401

@@ -1,0 +1,130 @@
+"""Calibration under dataset shift: a model's logits over corruptions x severities, as a tidy table.
+
+Ovadia et al. (2019), §4's protocol at book scale: train on clean images, then measure
+accuracy, ECE and NLL on the test images under each corruption of :mod:`calib.data.shift`
+at severities 0 (clean) to 5, with and without a temperature fitted on *clean* validation
+data (Ovadia et al. (2019) fit it the same way: the shift is unknown when calibrating).
+
+>>> from calib.experiments import shift  # doctest: +SKIP
+>>> predict = shift.predictor(model, mean=splits.mean, std=splits.std)  # doctest: +SKIP
+>>> logits = shift.shift_logits(predict, splits.test_x)  # doctest: +SKIP
+>>> # logits: {(corruption, severity): logits}
+>>> rows = shift.shift_table(logits, splits.test_y, temperature=1.7,
+...                          loss="ce", seed=0)  # doctest: +SKIP
+
+``ensemble_logits`` averages the softmax of several models' logits (a deep ensemble,
+Lakshminarayanan et al. (2017), §2.4) and returns its log, so an ensemble goes through
+``shift_table`` like one model.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor
+
+from .. import metrics
+from .._checks import check_labels, check_positive, check_positive_int
+from ..data.shift import CORRUPTIONS, corrupt
+
+__all__ = ["Cell", "predictor", "shift_logits", "ensemble_logits", "shift_table", "evaluate_shift"]
+
+Cell = tuple[str, int]  # (corruption, severity)
+DEFAULT_SEVERITIES = (0, 1, 2, 3, 4, 5)
+
+
+def predictor(model: torch.nn.Module, mean: Sequence[float], std: Sequence[float], *,
+              batch_size: int = 1024) -> Callable[[Tensor], Tensor]:
+    """A function ``uint8 images -> float32 CPU logits`` that normalises ``(x/255 − mean)/std``
+    as :class:`calib.data.DeviceLoader` does and runs ``model`` in eval mode, in batches,
+    on the model's device."""
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+    batch_size = check_positive_int(batch_size, "batch_size")
+    device = next((p.device for p in model.parameters()), torch.device("cpu"))
+    m = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+
+    @torch.no_grad()
+    def predict(images: Tensor) -> Tensor:
+        model.eval()
+        outs = [model((x.to(device).float() / 255.0 - m) / s).float().cpu() for x in images.split(batch_size)]
+        return torch.cat(outs)
+
+    return predict
+
+
+def _check_grid(corruptions: Sequence[str], severities: Sequence[int]) -> None:
+    if isinstance(corruptions, str) or not corruptions:
+        raise ValueError(f"corruptions must be a non-empty list of names from {', '.join(CORRUPTIONS)}")
+    if bad := [c for c in corruptions if c not in CORRUPTIONS]:
+        raise ValueError(f"unknown corruption {bad[0]!r}; choose from {', '.join(CORRUPTIONS)}")
+    if not severities or any(isinstance(s, bool) or not isinstance(s, int) or not 0 <= s <= 5 for s in severities):
+        raise ValueError(f"severities must be a non-empty list of ints in 0..5, got {list(severities)}")
+
+
+def shift_logits(predict: Callable[[Tensor], Tensor], images: Tensor, *,
+                 corruptions: Sequence[str] = tuple(CORRUPTIONS), severities: Sequence[int] = DEFAULT_SEVERITIES,
+                 seed: int = 0) -> dict[Cell, Tensor]:
+    """``{(corruption, severity): predict(corrupt(corruption, images, severity, seed=seed))}``.
+
+    Severity 0 (the clean images) is predicted once and shared by every corruption.
+    """
+    _check_grid(corruptions, severities)
+    out: dict[Cell, Tensor] = {}
+    clean = predict(images) if 0 in severities else None
+    for name in corruptions:
+        for s in severities:
+            out[(name, s)] = clean if s == 0 else predict(corrupt(name, images, s, seed=seed))
+    return out
+
+
+def ensemble_logits(members: Sequence[Mapping[Cell, Tensor]]) -> dict[Cell, Tensor]:
+    """Log of the members' mean softmax per cell: ``log (1/M) Σ_m softmax(z_m)``
+    (Lakshminarayanan et al. (2017), §2.4: a uniformly weighted mixture)."""
+    if not members:
+        raise ValueError("members must hold at least one model's shift_logits")
+    keys = set(members[0])
+    if any(set(m) != keys for m in members):
+        raise ValueError("every member must cover the same (corruption, severity) cells")
+    n = torch.tensor(float(len(members)))
+    return {k: torch.logsumexp(torch.stack([m[k].double().log_softmax(1) for m in members]), 0).sub(n.log().double())
+            .float() for k in members[0]}
+
+
+def shift_table(logits: Mapping[Cell, Tensor], labels: Tensor, *, temperature: float | None = None,
+                n_bins: int = 15, **tags: Any) -> list[dict[str, Any]]:
+    """One row per cell: ``tags``, corruption, severity, ``ts``, accuracy, confidence, ece, nll.
+
+    Without ``temperature`` the rows have ``ts=False``; with one, each cell gets a second row
+    (``ts=True``) on ``logits / temperature``. ECE is binned top-label ECE with ``n_bins``
+    equal-width bins (:func:`calib.metrics.ece`); NLL in nats; confidence is the mean
+    top-label probability (above the accuracy: over-confident on average).
+    """
+    if not logits:
+        raise ValueError("logits is empty; pass the dict shift_logits returns")
+    temps = [(False, 1.0)] + ([(True, check_positive(temperature, "temperature"))] if temperature is not None else [])
+    rows = []
+    for (name, severity), z in logits.items():
+        y = check_labels(labels, z.shape[0], z.shape[1], "labels")
+        for ts, t in temps:
+            p = (z.double() / t).softmax(1)
+            rows.append({**tags, "corruption": name, "severity": severity, "ts": ts,
+                         "accuracy": metrics.accuracy(p, y), "confidence": float(p.max(1).values.mean()),
+                         "ece": metrics.ece(p, y, n_bins),
+                         "nll": metrics.nll(p, y)})
+    return rows
+
+
+def evaluate_shift(predict: Callable[[Tensor], Tensor] | torch.nn.Module, images: Tensor, labels: Tensor, *,
+                   mean: Sequence[float] | None = None, std: Sequence[float] | None = None,
+                   temperature: float | None = None, corruptions: Sequence[str] = tuple(CORRUPTIONS),
+                   severities: Sequence[int] = DEFAULT_SEVERITIES, seed: int = 0, n_bins: int = 15,
+                   **tags: Any) -> list[dict[str, Any]]:
+    """:func:`shift_logits` then :func:`shift_table`; a model needs ``mean`` and ``std``."""
+    if isinstance(predict, torch.nn.Module):
+        if mean is None or std is None:
+            raise ValueError("a model needs the normalisation mean and std (e.g. splits.mean, splits.std)")
+        predict = predictor(predict, mean, std)
+    z = shift_logits(predict, images, corruptions=corruptions, severities=severities, seed=seed)
+    return shift_table(z, labels, temperature=temperature, n_bins=n_bins, **tags)
