@@ -101,7 +101,7 @@ MAX_VISIBLE_LINES = 250
 MAX_DEFS = 3
 HIDDEN_TAGS = {"remove-input", "hide-input", "remove-cell"}
 DEF_LINE = re.compile(r"^\s*(?:async\s+)?def\s+\w+\s*\(", re.M)
-NOT_YET_LEAN = {"08_meta_regularisation"}
+NOT_YET_LEAN: set[str] = set()
 
 
 def _code_size(path: pathlib.Path) -> tuple[int, int]:

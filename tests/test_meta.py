@@ -594,3 +594,46 @@ def test_l2_meta_step_on_a_batchnorm_backbone_leaves_its_statistics_to_the_train
     torch.testing.assert_close(bn.running_mean, bn_ref.running_mean)
     torch.testing.assert_close(bn.running_var, bn_ref.running_var)
     assert int(bn.num_batches_tracked) == 1
+
+
+# --------------------------------------------------------------------------- chapter 8's check
+def test_check_hypergradient_rows_agree_with_finite_differences() -> None:
+    torch.manual_seed(0)
+    from calib.train.meta import TinyBackbone, check_hypergradient
+
+    model, gnet = TinyBackbone(5, 6, 3).double(), GammaNet(6, 3).double()
+    batch = (torch.randn(24, 5, dtype=torch.float64), torch.randint(0, 3, (24,)),
+             torch.randn(20, 5, dtype=torch.float64), torch.randint(0, 3, (20,)))
+    A0, W0 = gnet.A.detach().clone(), gnet.W.detach().clone()
+    rows = check_hypergradient(model, gnet, batch, lr=0.5, bandwidth=0.3, directions=4)
+    assert len(rows) == 4 and all(set(r) == {"finite difference", "exact", "first order"} for r in rows)
+    for r in rows:
+        assert abs(r["finite difference"]) > 1e-6  # not vacuous
+        assert r["exact"] == pytest.approx(r["finite difference"], rel=1e-5)
+        assert r["first order"] == pytest.approx(r["finite difference"], rel=1e-3)
+    assert torch.equal(gnet.A, A0) and torch.equal(gnet.W, W0)  # the probes leave gamma_net alone
+    # the directions differ from one another and are reproducible
+    assert len({round(r["exact"], 12) for r in rows}) == 4
+    assert check_hypergradient(model, gnet, batch, lr=0.5, bandwidth=0.3, directions=4) == rows
+
+
+def test_check_hypergradient_rejects_bad_arguments() -> None:
+    from calib.train.meta import TinyBackbone, check_hypergradient
+
+    model, gnet, *batch = _problem()
+    assert isinstance(model, nn.Module) and isinstance(TinyBackbone(), nn.Module)
+    with pytest.raises(ValueError, match="batch"):
+        check_hypergradient(model, gnet, batch[:3], lr=0.5)
+    with pytest.raises(ValueError, match="directions"):
+        check_hypergradient(model, gnet, batch, lr=0.5, directions=0)
+    with pytest.raises(ValueError, match="eps"):
+        check_hypergradient(model, gnet, batch, lr=0.5, eps=-1.0)
+
+
+def test_tiny_backbone_follows_the_model_protocol() -> None:
+    from calib.train.meta import TinyBackbone
+
+    m = TinyBackbone(4, 7, 2)
+    x = torch.randn(3, 4)
+    assert m.features(x).shape == (3, 7) and m(x).shape == (3, 2)
+    assert torch.equal(m(x), m.classifier(m.features(x)))

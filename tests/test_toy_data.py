@@ -144,3 +144,41 @@ def test_posterior_and_digits_bad_input():
         digits(val_fraction=0.0)
     with pytest.raises(ValueError, match="val_fraction \\+ test_fraction"):
         digits(val_fraction=0.6, test_fraction=0.5)
+
+
+# --------------------------------------------------------------------------- calibrated_predictions
+@settings(max_examples=20, deadline=None)
+@given(n=st.integers(1, 300), seed=st.integers(0, 1000), shift=st.floats(0.0, 0.5))
+def test_calibrated_predictions_shapes_and_consistency(n, seed, shift):
+    from calib.data import calibrated_predictions
+
+    probs, labels, z, correct = calibrated_predictions(n, seed=seed, shift=shift)
+    assert probs.shape == (n, 2) and labels.shape == (n,) and z.shape == (n,) and correct.shape == (n,)
+    assert probs.dtype == torch.float64 and labels.dtype == torch.int64
+    assert torch.allclose(probs.sum(1), torch.ones(n, dtype=torch.float64))
+    assert bool(((z >= 0.5) & (z <= 1)).all()) and torch.equal(probs[:, 0], z)
+    assert torch.equal(correct, (labels == probs.argmax(1)).double())  # class 0 is the prediction
+    again = calibrated_predictions(n, seed=seed, shift=shift)
+    assert all(torch.equal(a, b) for a, b in zip(again, (probs, labels, z, correct)))
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.1])
+def test_calibrated_predictions_have_the_chosen_calibration_error(shift):
+    from calib.data import calibrated_predictions
+
+    _, _, z, correct = calibrated_predictions(200_000, seed=3, shift=shift)
+    # accuracy - confidence within confidence bins is -shift (true ECE = shift)
+    bins = torch.bucketize(z, torch.linspace(0.5, 1.0, 11)[1:-1])
+    gaps = [float(correct[bins == b].mean() - z[bins == b].mean()) for b in range(10)]
+    assert gaps == pytest.approx([-shift] * 10, abs=0.01)
+
+
+def test_calibrated_predictions_rejects_bad_arguments():
+    from calib.data import calibrated_predictions
+
+    with pytest.raises(ValueError, match="n"):
+        calibrated_predictions(0)
+    with pytest.raises(ValueError, match="shift"):
+        calibrated_predictions(10, shift=0.6)
+    with pytest.raises(ValueError, match="shift"):
+        calibrated_predictions(10, shift=-0.1)

@@ -35,6 +35,7 @@ __all__ = [
     "gaussian_overlap_splits",
     "digits",
     "digits_splits",
+    "calibrated_predictions",
 ]
 
 Tensor = torch.Tensor
@@ -246,3 +247,28 @@ def digits(seed: int = 0, val_fraction: float = 0.2, test_fraction: float = 0.2)
 def digits_splits(seed: int = 0) -> "Splits":
     """:func:`digits` with the default fractions (the name :func:`calib.data.load` calls)."""
     return digits(seed=seed)
+
+
+def calibrated_predictions(n: int, seed: int = 0, shift: float = 0.0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Binary predictions with a known calibration error: confidence ``z ~ U(0.5, 1)``, right with probability ``z - shift``.
+
+    The predicted class is 0 with probability vector ``(z, 1 - z)``; the label is 0 when the
+    prediction is right. So the true top-label ECE is exactly ``shift``
+    (``E|P(right | z) - z| = shift``): 0 gives perfectly calibrated predictions, the
+    synthetic check of binned ECE and SECE in Wang & Golebiowski (2024), §4.2 and Fig. 5.
+
+    Returns:
+        ``(probs, labels, z, correct)``: ``(n, 2)`` float64 probabilities, ``(n,)`` int64
+        labels, the ``(n,)`` confidences and the ``(n,)`` 0/1 correctness as float64.
+
+    Raises:
+        ValueError: ``n`` not a positive integer, or ``shift`` outside [0, 0.5].
+    """
+    n = check_positive_int(n, "n")
+    if not 0.0 <= shift <= 0.5:
+        raise ValueError(f"shift must lie in [0, 0.5] so that z - shift is a probability, got {shift}")
+    g = torch.Generator().manual_seed(seed)
+    z = 0.5 + 0.5 * torch.rand(n, generator=g, dtype=torch.float64)
+    correct = torch.rand(n, generator=g, dtype=torch.float64) < (z - shift)
+    labels = torch.where(correct, 0, 1)
+    return torch.stack([z, 1 - z], 1), labels, z, correct.double()

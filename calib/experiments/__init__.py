@@ -4,14 +4,15 @@
 ``papers``   the papers' table numbers as data (``calib/paper_results.csv``) and how calib trains each row
 ``tables``   seed bookkeeping for a chapter's tables: runs by loss, mean ± std, t-tests, paper cells
 ``plans``    a paper's table as a run plan, its ``python -m calib sweep`` command and the table beside the paper's
+``compare``  a few training methods on one case over seeds, and their table beside a paper's
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
 ``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import ledger, papers, plans, shift, sweep, tables, toy
+from . import compare, ledger, papers, plans, shift, sweep, tables, toy
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["ledger", "papers", "plans", "shift", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["compare", "ledger", "papers", "plans", "shift", "sweep", "tables", "toy", *_toy_all]

@@ -66,6 +66,8 @@ from .gamma_net import (
     OBJECTIVES,
     TAU,
     GammaNet,
+    TinyBackbone,
+    check_hypergradient,
     gamma_from_features,
     hypergradient,
     lookahead,
@@ -77,4 +79,4 @@ from .gamma_net import (
 from .l2 import L2_DEFAULTS, L2MetaTrainer, l2_hypergradient, l2_meta_step, l2_penalty
 from .trainer import META_DEFAULTS, MetaTrainer
 
-__all__ = ["L2MetaTrainer", "L2_DEFAULTS", "l2_penalty", "l2_hypergradient", "l2_meta_step", "TAU", "OBJECTIVES", "gamma_from_features", "GammaNet", "meta_objective", "lookahead", "hypergradient", "meta_step", "split_811", "meta_split", "MetaTrainer", "META_DEFAULTS"]
+__all__ = ["L2MetaTrainer", "L2_DEFAULTS", "l2_penalty", "l2_hypergradient", "l2_meta_step", "TAU", "OBJECTIVES", "gamma_from_features", "GammaNet", "meta_objective", "lookahead", "hypergradient", "check_hypergradient", "TinyBackbone", "meta_step", "split_811", "meta_split", "MetaTrainer", "META_DEFAULTS"]

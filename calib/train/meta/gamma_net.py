@@ -1,6 +1,7 @@
 """The gamma-Net (Wang & Golebiowski 2024, Eqs. 3-4), the meta objectives and the look-ahead hypergradient."""
 from __future__ import annotations
 
+import copy
 import math
 from typing import TYPE_CHECKING, Literal, Sequence
 
@@ -296,6 +297,78 @@ def _finite_difference(
     grads = torch.autograd.grad(diff, phi, allow_unused=True)
     return tuple(None if gr is None else -lr * gr / (2 * eps) for gr in grads)
 
+
+
+class TinyBackbone(nn.Module):
+    """A two-layer backbone with the calib.models protocol, ``forward(x) = classifier(features(x))``.
+
+    ``features`` is ``tanh(x W1 + b1)`` (``in_features -> hidden``), ``classifier`` a linear
+    layer to ``num_classes`` logits: the smallest model a hypergradient can be checked on.
+    """
+
+    def __init__(self, in_features: int = 5, hidden: int = 6, num_classes: int = 3) -> None:
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(in_features, hidden), nn.Tanh())
+        self.classifier = nn.Linear(hidden, num_classes)
+
+    def features(self, x: Tensor) -> Tensor:
+        return self.body(x)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.classifier(self.features(x))
+
+
+def check_hypergradient(
+    model: nn.Module,
+    gamma_net: GammaNet,
+    batch: Sequence[Tensor],
+    *,
+    lr: float,
+    bandwidth: float = 0.01,
+    directions: int = 3,
+    eps: float = 1e-6,
+    fd_eps: float = 1e-4,
+    seed: int = 1,
+) -> list[dict[str, float]]:
+    """The hypergradient along random directions u of (A, W): exact, first order and a finite difference.
+
+    For each direction ``u`` the finite difference of the meta-loss M(phi) of :func:`hypergradient`,
+    ``(M(phi + eps u) - M(phi - eps u)) / 2 eps``, is set beside ``<grad_phi M, u>`` from
+    ``order="second"`` (exact) and ``order="first"`` (DARTS, with ``fd_eps``); Wang &
+    Golebiowski (2024), §3.3. ``batch`` is ``(x, y, x_meta, y_meta)``; use float64 so that
+    the finite difference is accurate to about ``eps**2``.
+
+    Returns:
+        one dict per direction with the keys ``"finite difference"``, ``"exact"`` and
+        ``"first order"``.
+    """
+    if len(batch) != 4:
+        raise ValueError(f"batch must be (x, y, x_meta, y_meta), got {len(batch)} tensors")
+    directions = check_positive_int(directions, "directions")
+    if not math.isfinite(eps) or eps <= 0:
+        raise ValueError(f"eps must be a finite number > 0, got {eps}")
+    kw = dict(lr=lr, bandwidth=bandwidth)
+    exact = hypergradient(model, gamma_net, *batch, **kw)["grads"]
+    first = hypergradient(model, gamma_net, *batch, **kw, order="first", fd_eps=fd_eps)["grads"]
+
+    def meta_loss(A: Tensor, W: Tensor) -> float:
+        probe = copy.deepcopy(gamma_net)
+        with torch.no_grad():
+            probe.A.copy_(A)
+            probe.W.copy_(W)
+        return float(hypergradient(model, probe, *batch, **kw)["meta_loss"])
+
+    A, W = gamma_net.A.detach(), gamma_net.W.detach()
+    g = torch.Generator().manual_seed(seed)
+    rows = []
+    for _ in range(directions):
+        uA = torch.randn(A.shape, generator=g, dtype=A.dtype).to(A.device)
+        uW = torch.randn(W.shape, generator=g, dtype=W.dtype).to(W.device)
+        numeric = (meta_loss(A + eps * uA, W + eps * uW) - meta_loss(A - eps * uA, W - eps * uW)) / (2 * eps)
+        rows.append({"finite difference": numeric,
+                     "exact": float((exact[0] * uA).sum() + (exact[1] * uW).sum()),
+                     "first order": float((first[0] * uA).sum() + (first[1] * uW).sum())})
+    return rows
 
 
 def meta_step(
