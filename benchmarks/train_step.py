@@ -83,17 +83,20 @@ def load_data(name: str, train_size: int, val_size: int) -> Splits:
 
 @contextlib.contextmanager
 def fit_mode(device: torch.device) -> Iterator[None]:
-    """The global settings :meth:`Trainer.fit` runs its epochs under: deterministic kernels on
-    CPU; on CUDA cuDNN autotuning, left on afterwards as fit leaves it (so the minimal loop gets it too)."""
-    prev = torch.are_deterministic_algorithms_enabled()
+    """The global settings :meth:`Trainer.fit` runs its epochs under (keep in step with it):
+    deterministic kernels on CPU, without NaN-filling new tensors; on CUDA cuDNN autotuning,
+    left on afterwards as fit leaves it (so the minimal loop gets it too)."""
+    prev, prev_fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
     if device.type == "cpu":
         torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = False
     elif device.type == "cuda":
         torch.backends.cudnn.benchmark = True
     try:
         yield
     finally:
         torch.use_deterministic_algorithms(prev)
+        torch.utils.deterministic.fill_uninitialized_memory = prev_fill
 
 
 # -- the loops ------------------------------------------------------------------------------
@@ -354,7 +357,7 @@ def main() -> None:
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--device", default=None, help="default: CUDA when present, else CPU")
     ap.add_argument("--threads", type=int, default=1, help="torch threads on CPU (0: torch's default)")
-    ap.add_argument("--rounds", type=int, default=6, help="interleaved rounds of the epoch comparison")
+    ap.add_argument("--rounds", type=int, default=8, help="interleaved rounds of the epoch comparison")
     ap.add_argument("--clock", default="auto", choices=("auto", "cpu", "wall"),
                     help="auto: CPU time of the process on a one-thread CPU run, else wall time")
     ap.add_argument("--repeat", type=int, default=5, help="repeats of each single-piece timing")
