@@ -12,19 +12,20 @@ from typing import Callable
 import torch
 
 
-def median_time(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1) -> float:
-    """Median wall time of ``fn()`` in seconds over ``repeat`` runs after ``warmup`` runs."""
+def median_time(fn: Callable[[], object], *, repeat: int = 5, warmup: int = 1,
+                clock: Callable[[], float] = time.perf_counter) -> float:
+    """Median time of ``fn()`` in seconds over ``repeat`` runs after ``warmup`` runs (wall time by default)."""
     for _ in range(warmup):
         fn()
     times = []
     for _ in range(repeat):
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = clock()
         fn()
         if torch.cuda.is_available():
             torch.cuda.synchronize()
-        times.append(time.perf_counter() - t0)
+        times.append(clock() - t0)
     return statistics.median(times)
 
 
@@ -36,3 +37,38 @@ def row(name: str, seconds: float, baseline: float | None = None, width: int = 4
 
 def header(title: str) -> None:
     print(f"\n== {title} (torch {torch.__version__}, {torch.get_num_threads()} threads)")
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def interleaved_times(fns: dict[str, Callable[[], object]], *, rounds: int = 5, warmup: int = 1,
+                      clock: Callable[[], float] = time.perf_counter) -> dict[str, list[float]]:
+    """Times of each ``fns[name]()`` over ``rounds`` rounds, the variants taking turns.
+
+    Every round runs each variant once, in an order rotated by one each round, so a load
+    that comes and goes (another job on the machine) falls on all of them alike; the
+    ``warmup`` rounds are not recorded. ``clock`` is wall time by default;
+    ``time.process_time`` (CPU seconds of this process, all its threads) is far less
+    disturbed by other processes on a shared CPU. Returns ``{name: [seconds per round]}``.
+    """
+    names = list(fns)
+    times: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(warmup + rounds):
+        shift = r % len(names)
+        for name in names[shift:] + names[:shift]:
+            _sync()
+            t0 = clock()
+            fns[name]()
+            _sync()
+            if r >= warmup:
+                times[name].append(clock() - t0)
+    return times
+
+
+def paired_ratio(times: list[float], baseline: list[float]) -> tuple[float, float, float]:
+    """Median, min and max over rounds of ``times[i] / baseline[i]`` (same-round pairs)."""
+    ratios = [t / b for t, b in zip(times, baseline)]
+    return statistics.median(ratios), min(ratios), max(ratios)
