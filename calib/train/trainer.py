@@ -27,28 +27,7 @@ The trainer is meant to be subclassed (:mod:`calib.train.meta` does): override :
 keep extra modules/optimisers in the checkpoint through :meth:`Trainer.extra_state` /
 :meth:`Trainer.load_extra_state`, and add per-epoch numbers through :meth:`Trainer.epoch_extras`.
 
-Multi-GPU: under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in
-DistributedDataParallel (NCCL on CUDA, gloo on CPU). Every rank walks the same seeded
-permutation of the training set and takes its own slice of each global batch
-(``batch[rank::world_size]``), so ``batch_size`` is the *global* batch size and, when the
-training-set size N divides by W, a run on W processes sees exactly the batches of one
-process and follows its trajectory (up to float reduction order; the tests check the
-batches exactly and the trajectory to 1e-5 on CPU with a model without BatchNorm) for
-losses that are means over samples (CE, focal, BSCE, ...). Batch-level terms (``mmce``,
-``dece``, ``sece`` and the meta step of ``--meta``) are computed on each rank's share of
-the batch, so those runs differ from one process even then. When N
-does not divide by W, the last ``N mod W`` samples of each epoch's permutation are left out
-on every rank, so the run differs from one process in those samples
-(``tests/test_ddp_sharding.py``); choose N (``--val-size``) or W to make it divide. On CUDA, BatchNorm layers become
-``SyncBatchNorm`` so their statistics, too, are those of the global batch; on CPU (gloo)
-PyTorch has no SyncBatchNorm, so BatchNorm there uses each rank's share of the batch and the
-trajectory differs from one process. Evaluation runs on every rank over the whole split; rank 0 writes the
-files. A SIGTERM/SIGINT checkpoint under DDP assumes every rank receives the signal (torchrun
-forwards it); a signal that reaches only some ranks is not coordinated.
-
-
-The pieces around the loop live beside it: :mod:`~calib.train.config`, :mod:`~calib.train.checkpoint`,
-:mod:`~calib.train.progress` and :mod:`~calib.train.distributed`.
+Multi-GPU (DDP under ``torchrun``): see :mod:`calib.train.distributed`.
 """
 from __future__ import annotations
 
