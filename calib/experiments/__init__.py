@@ -4,11 +4,12 @@
 ``papers``   the papers' table numbers as data (``calib/paper_results.csv``) and how calib trains each row
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
+``posthoc_study``  every post-hoc calibrator side by side; validation-size study; the estimators' bias
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import ledger, papers, sweep, toy
+from . import ledger, papers, posthoc_study, sweep, toy
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["ledger", "papers", "sweep", "toy", *_toy_all]
+__all__ = ["ledger", "papers", "posthoc_study", "sweep", "toy", *_toy_all]
