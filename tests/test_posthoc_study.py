@@ -84,3 +84,16 @@ def test_estimator_bias_binned_ece_of_a_calibrated_model_is_biased_up():
     assert ece[100, 30] > ece[2000, 30] and ece[100, 30] > ece[100, 5]
     with pytest.raises(ValueError, match="temperatures"):
         ps.estimator_bias(temperatures=(0.0,))
+
+
+def test_smoke_mode_caps_the_work(monkeypatch):
+    monkeypatch.setenv("CALIB_SMOKE", "1")
+    g, y = _logits(1200, seed=4)
+    df = ps.compare_calibrators({"temperature": posthoc.TemperatureScaling}, g[:600], y[:600], g[600:], y[600:],
+                                n_boot=1000)
+    p = posthoc.TemperatureScaling().fit(g[:ps.SMOKE_SAMPLES], y[:ps.SMOKE_SAMPLES])
+    want = metrics.nll(p.predict_proba(g[600:600 + ps.SMOKE_SAMPLES]), y[600:600 + ps.SMOKE_SAMPLES])
+    assert df.set_index(["method", "metric"]).value["temperature", "NLL"] == pytest.approx(want, rel=1e-9)
+    sizes = ps.validation_size_study({"t": posthoc.TemperatureScaling}, g, y, sizes=(500,), seeds=range(5),
+                                     n_test=600)
+    assert sizes.seed.nunique() == 2

@@ -55,6 +55,13 @@ METRICS: dict[str, Callable[..., float]] = {
     "NLL": metrics.nll,
 }
 _FAST = {"ECE", "NLL", "l2 CE (debiased)"}  # cheap enough for n_boot replicates each
+# Smoke mode (calib.profile.smoke) runs a chapter's colab/paper branch on a CPU in seconds:
+# samples per split, bootstrap replicates and smooth-ECE replicates are capped to these.
+SMOKE_SAMPLES, SMOKE_BOOT, SMOKE_BOOT_SMOOTH = 200, 20, 2
+
+
+def _smoke(value: int, cap: int) -> int:
+    return min(value, cap) if profile.smoke() else value
 
 
 def default_calibrators(num_classes: int, *, odir: float = 1e4, max_iter: int = 1000) -> dict[str, Callable[[], Any]]:
@@ -123,7 +130,8 @@ def compare_calibrators(
     (:func:`calib.metrics.bootstrap_ci`, ``n_boot`` replicates; the smooth ECE, whose
     bandwidth search costs ~0.5 s a call, gets ``n_boot_smooth``, and NaN bounds at 0).
     The bootstrap holds the fitted map fixed: it measures test-set noise, not the
-    validation set's.
+    validation set's. In smoke mode both splits keep their first :data:`SMOKE_SAMPLES`
+    rows and the replicates are capped.
     """
     import pandas as pd
 
@@ -135,6 +143,9 @@ def compare_calibrators(
     n_boot = check_positive_int(n_boot, "n_boot")
     if isinstance(n_boot_smooth, bool) or not isinstance(n_boot_smooth, int) or n_boot_smooth < 0:
         raise ValueError(f"n_boot_smooth must be an int >= 0, got {n_boot_smooth!r}")
+    n_boot, n_boot_smooth = _smoke(n_boot, SMOKE_BOOT), _smoke(n_boot_smooth, SMOKE_BOOT_SMOOTH)
+    gv, yv = gv[:_smoke(len(yv), SMOKE_SAMPLES)], yv[:_smoke(len(yv), SMOKE_SAMPLES)]
+    gt, yt = gt[:_smoke(len(yt), SMOKE_SAMPLES)], yt[:_smoke(len(yt), SMOKE_SAMPLES)]
     probs = {"none": torch.softmax(gt.double(), dim=1)}
     for name, make in factories.items():
         probs[name] = make().fit(gv, yv).predict_proba(gt).double()
@@ -156,25 +167,27 @@ def validation_size_study(
     the last ``n_test`` are the test set and the first ``size`` the validation set, so
     every method and size of one seed is scored on the same test points. Returns a tidy
     DataFrame ``seed, size, method, NLL, ECE`` (``method="none"``: the uncalibrated
-    softmax). Seeds are capped in smoke mode.
+    softmax). In smoke mode seeds are capped and the sizes and ``n_test`` cut to
+    :data:`SMOKE_SAMPLES` (the rows keep the sizes asked for).
     """
     import pandas as pd
 
     factories = _check_factories(calibrators)
     g = check_logits(logits, "logits", refuse_probs=True)
     y = check_labels(labels, g.shape[0], g.shape[1], "labels").to(g.device)
-    n_test = check_positive_int(n_test, "n_test")
+    n_test = _smoke(check_positive_int(n_test, "n_test"), SMOKE_SAMPLES)
     sizes = [check_positive_int(s, "sizes", minimum=2) for s in sizes]
-    if not sizes or max(sizes) + n_test > g.shape[0]:
+    if not sizes or _smoke(max(sizes), SMOKE_SAMPLES) + n_test > g.shape[0]:
         raise ValueError(f"sizes (max {max(sizes, default=0)}) plus n_test = {n_test} exceed the N = {g.shape[0]} samples")
-    seeds = list(seeds)[: profile.smoke_cap("seeds", len(list(seeds)))]
+    seeds = list(seeds)
+    seeds = seeds[: profile.smoke_cap("seeds", len(seeds))]
     rows = []
     for seed in seeds:
         order = torch.randperm(g.shape[0], generator=torch.Generator().manual_seed(int(seed))).to(g.device)
         test = order[-n_test:]
         base = torch.softmax(g[test].double(), dim=1)
         for size in sizes:
-            val = order[:size]
+            val = order[:_smoke(size, SMOKE_SAMPLES)]  # the row keeps the size asked for
             rows.append({"seed": seed, "size": size, "method": "none",
                          "NLL": metrics.nll(base, y[test]), "ECE": metrics.ece(base, y[test])})
             for name, make in factories.items():
@@ -219,8 +232,10 @@ def estimator_bias(
     count: ``metrics.ece`` (equal-width bins) against the true ECE, ``metrics.l2_ce``
     (debiased, equal-mass bins) against the true ℓ2 CE, and ``metrics.smooth_ece`` (no
     bins; repeated in every bin-count row) against the population smooth ECE. Returns a
-    tidy DataFrame ``T, N, n_bins, seed, estimator, estimate, truth, error`` with
-    ``error = estimate - truth``; its mean over seeds is the bias.
+    tidy DataFrame ``T, N, n_bins, seed, estimator, estimate, truth, error`` (an odd ``N``
+    draws ``N - 1`` points; in smoke mode the rows keep the ``N`` asked for) with
+    ``error = estimate - truth``; its mean over seeds is the bias. In smoke mode seeds are
+    capped and every ``N`` cut to :data:`SMOKE_SAMPLES`.
     """
     import pandas as pd
 
@@ -230,6 +245,7 @@ def estimator_bias(
     ns = [check_positive_int(n, "ns", minimum=4) for n in ns]
     bins = [check_positive_int(b, "n_bins") for b in n_bins]
     seeds = list(seeds)
+    seeds = seeds[: profile.smoke_cap("seeds", len(seeds))]
     if not ns or not bins or not seeds:
         raise ValueError("ns, n_bins and seeds must each hold at least one value")
     means = gaussian_mixture(1, num_classes=2, dim=2, scale=scale, seed=0).means
@@ -238,12 +254,12 @@ def estimator_bias(
         truth = true_binary_errors(t, scale=scale, n_reference=n_reference, means=means, seed=10_000)
         for n in ns:
             for seed in seeds:
-                p, y, *_ = _binary_model(n // 2, t, scale, 1 + int(seed), means)
+                p, y, *_ = _binary_model(_smoke(n, SMOKE_SAMPLES) // 2, t, scale, 1 + int(seed), means)
                 smooth = metrics.smooth_ece(p, y)
                 for b in bins:
                     for est, value, key in (("binned ECE", metrics.ece(p, y, b), "ECE"),
                                             ("debiased l2 CE", metrics.l2_ce(p, y, b), "l2 CE"),
                                             ("smooth ECE", smooth, "smooth ECE")):
-                        rows.append({"T": t, "N": 2 * (n // 2), "n_bins": b, "seed": seed, "estimator": est,
+                        rows.append({"T": t, "N": n, "n_bins": b, "seed": seed, "estimator": est,
                                      "estimate": value, "truth": truth[key], "error": value - truth[key]})
     return pd.DataFrame(rows)

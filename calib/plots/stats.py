@@ -309,7 +309,9 @@ def _summarise(frame: Any, keys: list[str], y: str, low: str | None, high: str |
     if low is not None and high is not None:
         if frame.duplicated(keys).any():
             raise ValueError(f"with low/high given, data must hold one row per {keys}")
-        return frame.assign(_y=_numeric(frame, y), _lo=_numeric(frame, low), _hi=_numeric(frame, high))
+        # a bound may be NaN (no interval computed): the point is drawn without a bar
+        bounds = {k: frame[c].astype(float) for k, c in (("_lo", low), ("_hi", high))}
+        return frame.assign(_y=_numeric(frame, y), **bounds)
     g = frame.assign(_v=_numeric(frame, y)).groupby(keys, sort=False)["_v"]
     out = g.agg(["mean", "std"]).fillna({"std": 0.0}).reset_index()
     return out.assign(_y=out["mean"], _lo=out["mean"] - out["std"], _hi=out["mean"] + out["std"])
