@@ -250,6 +250,8 @@ def test_interval_panels_bounds_and_seed_means():
     assert len(fig.axes) == 2
     interval_panels(boot.assign(low=float("nan")), "method", "value", hue="net", col="metric", low="low",
                     high="high")  # no interval: points only
+    interval_panels(boot.assign(low=boot.value + 0.1), "method", "value", hue="net", col="metric", low="low",
+                    high="high")  # the point below its bootstrap interval: drawn, no lower bar
     seeds = pd.DataFrame({"N": [10, 10, 100, 100], "error": [1.0, 3.0, 0.0, 0.0], "bins": [5] * 4})
     fig = interval_panels(seeds, "N", "error", hue="bins", logx=True, hline=0.0)
     line = fig.axes[0].lines[0]

@@ -359,8 +359,10 @@ def interval_panels(
             else:
                 pos = np.array([cats.index(v) for v in s[x]]) + 0.6 * (i + 0.5) / len(series) - 0.3
             v, lo, hi = (scale * s[c].to_numpy(dtype=float) for c in ("_y", "_lo", "_hi"))
-            err = np.vstack([v - lo, hi - v])
-            ax.errorbar(pos, v, yerr=np.where(np.isfinite(err), err, 0), color=colours[name], label=str(name),
+            # a percentile bootstrap of a biased estimate can put the point outside its
+            # interval (calib.metrics.bootstrap_ci): no bar on that side, and none for NaN
+            err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0).clip(min=0.0)
+            ax.errorbar(pos, v, yerr=err, color=colours[name], label=str(name),
                         marker="o", markersize=4, capsize=2, linewidth=1.2 if numeric else 0, elinewidth=1)
         if logx and numeric:
             ax.set_xscale("log")
