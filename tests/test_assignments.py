@@ -75,6 +75,18 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
             "q1_nll", "test_matches_calib",
         ),
     },
+    "a5_post_hoc_calibration": {
+        "fitted on the test split": Mistake(
+            "w_vs, b_vs = fit_vector_scaling(",
+            "w_vs, b_vs = fit_vector_scaling(val_logits, val.y)",
+            "w_vs, b_vs = fit_vector_scaling(test_logits, test.y)",
+            "q2_compare", "test_fitted_on_validation",
+        ),
+        "no per-class shift": Mistake(
+            "def fit_vector_scaling(", "F.cross_entropy(z * w + b, y)", "F.cross_entropy(z * w, y)",
+            "q1_fit", "test_matches_calib",
+        ),
+    },
     "a4_gradient_weighting": {
         "weight not detached": Mistake(
             "def bsce_gra_loss(", "(weight.detach() * ce)", "(weight * ce)",

@@ -236,3 +236,25 @@ def test_heatmap_median_blank_cells_and_best_mark(sweep):
 def test_sweep_heatmap_rejects_bad_arguments(sweep, kwargs, match):
     with pytest.raises(ValueError, match=match):
         plots.sweep_heatmap(sweep, **kwargs)
+
+
+def test_interval_panels_bounds_and_seed_means():
+    import pandas as pd
+
+    from calib.plots.stats import interval_panels
+
+    boot = pd.DataFrame({"method": ["a", "b", "a", "b"], "metric": ["ECE", "ECE", "NLL", "NLL"],
+                         "value": [1.0, 2.0, 3.0, 4.0], "low": [0.5, 1.5, 2.5, 3.5], "high": [1.5, 2.5, 3.5, 4.5],
+                         "net": ["n"] * 4})
+    fig = interval_panels(boot, "method", "value", hue="net", col="metric", low="low", high="high")
+    assert len(fig.axes) == 2
+    interval_panels(boot.assign(low=float("nan")), "method", "value", hue="net", col="metric", low="low",
+                    high="high")  # no interval: points only
+    interval_panels(boot.assign(low=boot.value + 0.1), "method", "value", hue="net", col="metric", low="low",
+                    high="high")  # the point below its bootstrap interval: drawn, no lower bar
+    seeds = pd.DataFrame({"N": [10, 10, 100, 100], "error": [1.0, 3.0, 0.0, 0.0], "bins": [5] * 4})
+    fig = interval_panels(seeds, "N", "error", hue="bins", logx=True, hline=0.0)
+    line = fig.axes[0].lines[0]
+    assert list(line.get_ydata()) == [2.0, 0.0]  # the mean over the seeds
+    with pytest.raises(ValueError, match="one row per"):
+        interval_panels(pd.concat([boot, boot]), "method", "value", hue="net", col="metric", low="low", high="high")

@@ -8,11 +8,12 @@
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
 ``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
+``posthoc_study``  every post-hoc calibrator side by side; validation-size study; the estimators' bias
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import compare, ledger, papers, plans, shift, sweep, tables, toy
+from . import compare, ledger, papers, plans, posthoc_study, shift, sweep, tables, toy
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["compare", "ledger", "papers", "plans", "shift", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["compare", "ledger", "papers", "plans", "posthoc_study", "shift", "sweep", "tables", "toy", *_toy_all]

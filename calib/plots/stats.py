@@ -3,6 +3,7 @@
 ``metric_across_seeds``       a metric per loss: every seed as a point, mean ± confidence interval
 ``confidence_distributions``  top-label confidence per loss, correct against wrong (split violins)
 ``sweep_heatmap``             a metric over two hyper-parameters, averaged over seeds
+``interval_panels``           a value per x and series in panels, with bootstrap bounds or mean ± std
 
 Inputs are *tidy*: one row per observation, one column per variable, as a pandas
 DataFrame or a list of dict rows, e.g. ``{"loss": "focal", "seed": 1, "ece": 0.021}``;
@@ -34,6 +35,7 @@ __all__ = [
     "confidence_frame",
     "sweep_heatmap",
     "t_interval",
+    "interval_panels",
 ]
 
 _FONT = 9  # smallest font in a figure (points)
@@ -299,4 +301,78 @@ def sweep_heatmap(
     ax.set(xlabel=x, ylabel=y)
     ax.tick_params(axis="y", labelrotation=0)
     _finish(ax, title)
+    return fig
+
+
+def _summarise(frame: Any, keys: list[str], y: str, low: str | None, high: str | None) -> Any:
+    """One row per ``keys``: ``_y, _lo, _hi`` from the given bounds, or mean ± std over the rows."""
+    if low is not None and high is not None:
+        if frame.duplicated(keys).any():
+            raise ValueError(f"with low/high given, data must hold one row per {keys}")
+        # a bound may be NaN (no interval computed): the point is drawn without a bar
+        bounds = {k: frame[c].astype(float) for k, c in (("_lo", low), ("_hi", high))}
+        return frame.assign(_y=_numeric(frame, y), **bounds)
+    g = frame.assign(_v=_numeric(frame, y)).groupby(keys, sort=False)["_v"]
+    out = g.agg(["mean", "std"]).fillna({"std": 0.0}).reset_index()
+    return out.assign(_y=out["mean"], _lo=out["mean"] - out["std"], _hi=out["mean"] + out["std"])
+
+
+def interval_panels(
+    data: Any,
+    x: str,
+    y: str,
+    *,
+    hue: str,
+    col: str | None = None,
+    low: str | None = None,
+    high: str | None = None,
+    scale: float = 1.0,
+    logx: bool = False,
+    ylabel: str | None = None,
+    hline: float | None = None,
+    sharey: bool = False,
+) -> Figure:
+    """``y`` against ``x`` for each ``hue`` series, one panel per value of ``col``, with intervals.
+
+    With ``low``/``high`` (e.g. bootstrap bounds) each row is one point and its bounds;
+    without them the rows of one ``(col, hue, x)`` are seeds, drawn as their mean ± one
+    standard deviation. A numeric ``x`` is drawn as lines (``logx`` for sizes); a
+    categorical one as dots, the series side by side. Values are multiplied by ``scale``;
+    ``hline`` marks a reference value (e.g. 0 for a bias).
+    """
+    frame = _frame(data, [x, y, hue] + ([col] if col else []))
+    keys = ([col] if col else []) + [hue, x]
+    table = _summarise(frame, keys, y, low, high)
+    panels = list(dict.fromkeys(table[col])) if col else [None]
+    series = list(dict.fromkeys(table[hue]))
+    colours = _colours(series)
+    numeric = np.issubdtype(np.asarray(table[x]).dtype, np.number)
+    cats = list(dict.fromkeys(table[x]))
+    fig = Figure(figsize=(min(1.2 + 2.3 * len(panels), _MAX_WIDTH), 3.0), layout="constrained")
+    axes = fig.subplots(1, len(panels), squeeze=False, sharey=sharey)[0]
+    for ax, panel in zip(axes, panels):
+        part = table if panel is None else table[table[col] == panel]
+        for i, name in enumerate(series):
+            s = part[part[hue] == name]
+            if numeric:
+                pos = s[x].to_numpy(dtype=float)
+            else:
+                pos = np.array([cats.index(v) for v in s[x]]) + 0.6 * (i + 0.5) / len(series) - 0.3
+            v, lo, hi = (scale * s[c].to_numpy(dtype=float) for c in ("_y", "_lo", "_hi"))
+            # a percentile bootstrap of a biased estimate can put the point outside its
+            # interval (calib.metrics.bootstrap_ci): no bar on that side, and none for NaN
+            err = np.nan_to_num(np.vstack([v - lo, hi - v]), nan=0.0).clip(min=0.0)
+            ax.errorbar(pos, v, yerr=err, color=colours[name], label=str(name),
+                        marker="o", markersize=4, capsize=2, linewidth=1.2 if numeric else 0, elinewidth=1)
+        if logx and numeric:
+            ax.set_xscale("log")
+        if not numeric:
+            ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=40, ha="right")
+        if hline is not None:
+            ax.axhline(scale * hline, color="0.4", linestyle="--", linewidth=0.9)
+        ax.set(xlabel=x if numeric else "", ylabel=ylabel or y if ax is axes[0] else "")
+        ax.grid(axis="y", alpha=0.3)
+        _finish(ax, None if panel is None else str(panel))
+    axes[-1].legend(title=hue, fontsize=_FONT, title_fontsize=_FONT, frameon=False,
+                    loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
