@@ -39,7 +39,7 @@ CATALOGUE: dict[str, LossEntry] = {
     "brier": LossEntry("proper scoring rule", "Σ_k (p̂_k − (e_y)_k)²", f"{_M20}, §4; {_L24}, §3"),
     "mmce": LossEntry("CE + batch penalty", "CE + λ MMCE_w", f"Kumar et al. 2018; {_M20}, §4"),
     "focal": LossEntry("loss-weighted", "(1−p_y)^γ · CE", f"{_M20}, §3; {_L24}, Eq. 4"),
-    "flsd53": LossEntry("loss-weighted", "focal with γ = 5 if p_y < 0.2 else 3", f"{_L24}, §5, App. 11"),
+    "flsd53": LossEntry("loss-weighted", "focal with γ = 5 if p_y < 0.2 else 3", f"{_L24}, §5, App. 11 (written with the predicted class's p̂_c; calib uses p_y)"),
     "dual_focal": LossEntry("loss-weighted", "(1−p_y+p_j)^γ · CE", f"Tao et al. 2023; {_L24}, Eq. 5"),
     "inverse_focal": LossEntry("loss-weighted", "(1+p_y)^γ · CE", f"{_W21}, §5.2, Eq. 4"),
     "bsce": LossEntry("loss-weighted", "‖p̂−e_y‖_β^γ · CE", f"{_L24}, §4.3"),

@@ -42,8 +42,8 @@ _STEP_TOL = 1e-13
 def default_grid(step: float = 0.1, upper: float = 10.0) -> np.ndarray:
     """The temperatures ``step, 2 step, ..., upper`` searched on validation ECE.
 
-    ``step=0.1`` is the grid of Lin et al. (2024) section 5 and Mukhoti et al. (2020)
-    section 4 (``0.1, ..., 10``); Wang et al. (2021) section 3.2 search ``0.01, ..., 10``
+    ``step=0.1`` is the grid of Lin et al. (2024) section 5 (their ``0, 0.1, ..., 10``
+    without ``T = 0``; Mukhoti et al. (2020) state no grid); Wang et al. (2021) section 3.2 search ``0.01, ..., 10``
     (``step=0.01``). Values are rounded to 10 decimals so ``0.3`` is exactly ``0.3``.
     """
     step = check_positive(step, "step")
@@ -177,8 +177,8 @@ def fit_temperature(
     ``method="nll"``: minimise the mean NLL over ``T`` by safeguarded Newton on ``log T``
     (Guo et al. 2017; :func:`_fit_nll`); at least 2 samples are needed. ``method="grid"``:
     the value in ``grid`` (default ``0.1, 0.2, ..., 10``) with the lowest ECE over
-    ``n_bins`` bins, first minimum kept (Lin et al. (2024) section 5, Mukhoti et al. (2020)
-    Table 1; Wang et al. (2021) use a finer grid from 0.01, ``grid=default_grid(0.01)``).
+    ``n_bins`` bins, first minimum kept (Lin et al. (2024) section 5; Mukhoti et al. (2020),
+    Table 1 cross-validate T on ECE without a grid; Wang et al. (2021) use a finer grid from 0.01, ``grid=default_grid(0.01)``).
     NLL is smooth and proper, so its optimum moves
     little with the sample; the ECE grid targets the reported metric directly.
     """

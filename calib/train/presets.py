@@ -7,7 +7,7 @@ milestones scaled in proportion, see :data:`PRESET_EPOCHS` and :func:`scaled_mil
 Two kinds of preset:
 
 * schedules: ``cifar`` and ``tiny_imagenet`` (Lin et al. (2024) §5 "Training setup";
-  Mukhoti et al. (2020) App. B), with the trainer's defaults for everything else
+  Mukhoti et al. (2020) App. B, which gives no CIFAR weight decay), with the trainer's defaults for everything else
   (temperature scaling by the NLL fit, the last epoch's weights, no gradient clipping);
 * paper protocols, named after the paper whose numbers they reproduce: the schedule plus
   how that paper fits the temperature (``ts_method``, ``ts_grid_step``), which epoch it keeps
@@ -27,7 +27,8 @@ _CIFAR: dict[str, Any] = dict(epochs=350, milestones=(150, 250), lr=0.1, momentu
                               batch_size=128, gamma_lr=0.1, optimizer="sgd", val_size=5000)
 
 PRESETS: dict[str, dict[str, Any]] = {
-    # Lin et al. (2024) §5 and Mukhoti et al. (2020) App. B: SGD, momentum 0.9, weight decay 5e-4,
+    # Lin et al. (2024) §5 (and Mukhoti et al. (2020) App. B, which gives no weight decay): SGD, momentum 0.9,
+    # weight decay 5e-4 (Lin),
     # batch 128, lr 0.1 / 0.01 / 0.001 with drops at 150 and 250 of 350 epochs, 45k/5k split.
     "cifar": dict(_CIFAR),
     # The same for Tiny-ImageNet: 100 epochs, drops at 40 and 60; 50 training images per class
