@@ -7,7 +7,7 @@ per sweep::
     results/<name>/sweep.json         the sweep's manifest (grid and every cell's settings)
     results/<name>/results.csv        one row per finished run; summary.csv, summary.md
     results/<name>/runs/<cell>/       config.json, history.jsonl (every epoch), metrics.json
-    results/<name>/provenance.json  command, commit, torch version, threads, machine, times
+    results/<name>/provenance.json  command, commits, torch, threads, machine, times
 
 Checkpoints and logits stay out of git (``results/.gitignore``). Every ledger run uses
 one thread per process, so a CPU run is deterministic: ``tests/test_ledger.py`` re-runs
@@ -117,7 +117,7 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     out = Path(root) / name
-    start = time.time()
+    start, commit = time.time(), _git_commit()
     procs = []
     for i in range(1, jobs + 1):
         cmd = command(name, root, (i, jobs) if jobs > 1 else None)
@@ -130,7 +130,7 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
         subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
     wall = time.time() - start
     prov = provenance(name, root)
-    prov["sessions"] = prov.get("sessions", []) + [{"wall_seconds": round(wall, 1), "jobs": jobs,
+    prov["sessions"] = prov.get("sessions", []) + [{"wall_seconds": round(wall, 1), "jobs": jobs, "commit": commit,
                                                     "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}]
     (out / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
     return prov
@@ -168,7 +168,6 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         "purpose": _sweep(name).purpose,
         "command": " ".join(command(name, root)),
         "threads_per_process": THREADS,
-        "commit": _git_commit(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "machine": f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores",
