@@ -283,7 +283,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     for name in args.names or ledger.names():
         prov = ledger.run(name, args.root, args.jobs)
         print(f"ledger {name}: {prov['cells_finished']}/{prov['cells_planned']} cells, "
-              f"{prov['cpu_seconds_training'] / 3600:.2f} CPU hours of training")
+              f"{prov['training_seconds'] / 3600:.2f} hours of one-thread training")
     return 0
 
 

@@ -51,7 +51,7 @@ def test_committed_sweeps_have_provenance():
         pytest.skip("no ledger sweep committed yet (make ledger)")
     for name in swept:
         prov = json.loads((ROOT / name / ledger.PROVENANCE_FILE).read_text())
-        for key in ("command", "sessions", "torch", "threads_per_process", "machine", "cpu_seconds_training"):
+        for key in ("command", "sessions", "torch", "threads_per_process", "machine", "training_seconds"):
             assert prov[key] not in (None, ""), f"{name}: provenance lacks {key}"
         assert prov["threads_per_process"] == ledger.THREADS
         assert all(session.get("commit") for session in prov["sessions"])

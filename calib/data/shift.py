@@ -7,8 +7,8 @@ Each corruption is a function ``(images, severity) -> images`` on ``uint8`` tens
 Severity 0 returns an unchanged copy; severities 1..5 follow these scales:
 
 * ``gaussian_noise``: additive N(0, c²) on intensities in [0, 1], clipped, with
-  c = 0.08, 0.12, 0.18, 0.26, 0.38, ImageNet-C's scale (Hendrycks & Dietterich (2019), §3,
-  their released ``gaussian_noise``). The standard deviation is relative to the intensity
+  c = 0.08, 0.12, 0.18, 0.26, 0.38, ImageNet-C's scale (the released
+  ``gaussian_noise`` of Hendrycks & Dietterich (2019)). The standard deviation is relative to the intensity
   range, so it carries over to 28 × 28 images.
 * ``gaussian_blur``: a Gaussian kernel of standard deviation σ = 0.4, 0.6, 0.7, 0.8, 1.0
   pixels, CIFAR-10-C's scale (Hendrycks & Dietterich (2019); σ is measured in pixels, and
@@ -64,7 +64,7 @@ def _to_uint8(x: Tensor) -> Tensor:
 def gaussian_noise(images: Tensor, severity: int, *, seed: int = 0) -> Tensor:
     """``clip(x + ε, 0, 1)``, ε ~ N(0, c²) per pixel, c = :data:`NOISE_STD` [severity − 1].
 
-    Hendrycks & Dietterich (2019), §3 (ImageNet-C's scale). Noise from a CPU generator
+    Hendrycks & Dietterich (2019), their released ImageNet-C code. Noise from a CPU generator
     seeded by ``seed``.
     """
     images, severity = _check_images(images), _check_severity(severity)

@@ -33,7 +33,7 @@ from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
-           "provenance", "load", "cell_dirs", "cpu_seconds", "histories", "refresh_command", "PROTOCOLS"]
+           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -173,7 +173,7 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         "machine": f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores",
         "cells_finished": len(rows),
         "cells_planned": _sweep(name).n_cells,
-        "cpu_seconds_training": round(cpu_seconds(name, root), 1),
+        "training_seconds": round(training_seconds(name, root), 1),
     }
 
 
@@ -185,8 +185,12 @@ def cell_dirs(name: str, root: str | os.PathLike = ROOT) -> list[Path]:
     return sorted(p for p in (out / RUNS_DIR).iterdir() if (p / "metrics.json").exists())
 
 
-def cpu_seconds(name: str, root: str | os.PathLike = ROOT) -> float:
-    """Training time of every finished cell (the epochs' ``seconds`` in ``history.jsonl``), one thread each."""
+def training_seconds(name: str, root: str | os.PathLike = ROOT) -> float:
+    """Training time of every finished cell: the epochs' wall ``seconds`` in ``history.jsonl``.
+
+    Each cell runs on one thread, so on an idle machine this is its CPU time; on a shared
+    machine it is longer (the provenance's machine and sessions say where it ran).
+    """
     total = 0.0
     for d in cell_dirs(name, root):
         for line in (d / "history.jsonl").read_text().splitlines():

@@ -1,4 +1,5 @@
-"""Metrics against corruption severity (Ovadia et al. (2019), Fig. 2's layout), from a tidy table.
+"""Metrics against corruption severity, from a tidy table (after the metric-against-shift
+figures of Ovadia et al. (2019)).
 
 ``metric_under_shift``  one panel per corruption: a metric against severity, one line per
                         method (mean over seeds) with a band of ± one standard deviation
