@@ -81,7 +81,7 @@ def test_ece_vs_bins_lines_match_sweep(preds):
     xs, ys = lines[0].get_data()
     np.testing.assert_array_equal(xs, [5, 10, 50])
     np.testing.assert_allclose(ys, [100 * M.ece(p, y, b) for b in (5, 10, 50)])
-    np.testing.assert_allclose(lines[1].get_ydata(), [100 * M.sece(p, y, 0.05)] * 2)
+    np.testing.assert_allclose(lines[1].get_ydata(), [100 * M.sece_hard(p, y, 0.05)] * 2)
     assert ax.get_xscale() == "log"
     no_sece = ece_vs_bins({"a": (p, y)}, n_bins_list=(5, 10), metric="mce", sece_bandwidth=None)
     assert len(no_sece.axes[0].get_lines()) == 1
