@@ -128,3 +128,20 @@ def test_make_lab_opens_the_notebooks_from_the_venv_and_ci_never_runs_it():
         assert not re.search(r"\bmake\b[^\n]*\blab\b", path.read_text()), f"{path.name} runs make lab"
     for line in re.findall(r"^(?:test|all|book)[\w-]*:.*$", makefile, re.M):
         assert not re.search(r"\blab\b", line), line
+
+
+def test_every_bibliography_entry_closes_before_the_next_begins():
+    """A merge that drops one closing brace breaks the whole book build (sphinxcontrib-bibtex)."""
+    text = (ROOT / "book/references.bib").read_text()
+    depth, line = 0, 1
+    for ch in text:
+        if ch == "\n":
+            line += 1
+        elif ch == "@":
+            assert depth == 0, f"book/references.bib line {line}: an entry starts inside the previous one"
+        elif ch == "{":
+            depth += 1
+        elif ch == "}":
+            depth -= 1
+            assert depth >= 0, f"book/references.bib line {line}: unbalanced '}}'"
+    assert depth == 0, "book/references.bib: the last entry is not closed"
