@@ -186,8 +186,11 @@ def asserts_claims() -> bool:
 
 def claim(ok: bool, text: str) -> bool:
     """Print a chapter's claim with its outcome; assert it where :func:`asserts_claims`."""
+    import textwrap
+
     ok = bool(ok)
-    print(("holds: " if ok else "DOES NOT HOLD: ") + text)
+    # wrapped to the book's column (80 characters of output at 1280 px)
+    print(textwrap.fill(("holds: " if ok else "DOES NOT HOLD: ") + text, width=80, subsequent_indent="    "))
     if not ok and asserts_claims():
         raise AssertionError(text)
     return ok

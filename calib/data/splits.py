@@ -53,7 +53,8 @@ class Splits:
         shapes = ", ".join(
             f"{s}={tuple(getattr(self, s + '_x').shape)}" for s in ("train", "val", "test")
         )
-        return f"Splits(name={self.name!r}, num_classes={self.num_classes}, {shapes}, image={self.image})"
+        text = f"Splits(name={self.name!r}, num_classes={self.num_classes}, {shapes}, image={self.image})"
+        return text if len(text) <= 80 else text.replace(", train=", ",\n       train=").replace(", test=", ",\n       test=")
 
 
 def smoke_subset(splits: Splits) -> Splits:

@@ -62,8 +62,8 @@ def runs_of(frame: Any, spec: Any) -> Any:
     ``gamma=3`` and ``gamma=3.0`` match the same runs. Returns a copy (possibly empty).
 
     Raises:
-        ValueError: ``frame`` lacks the ``loss`` / ``loss_kwargs`` columns, or a bad spec
-        (:class:`calib.experiments.sweep.SweepError`).
+        ValueError: ``frame`` lacks the ``loss`` / ``loss_kwargs`` columns, or a bad
+            spec (:class:`calib.experiments.sweep.SweepError`).
     """
     if missing := [c for c in ("loss", "loss_kwargs") if c not in getattr(frame, "columns", ())]:
         raise ValueError(f"frame must be a sweep's rows as a DataFrame; it lacks the columns {missing}")

@@ -1,9 +1,9 @@
 """Metrics against corruption severity, from a tidy table (after the metric-against-shift
 figures of Ovadia et al. (2019)).
 
-``metric_under_shift``  one panel per corruption: a metric against severity, one line per
-                        method (mean over seeds) with a band of ± one standard deviation
-``corruption_examples`` one image under every corruption and severity, as a grid
+* ``metric_under_shift``: one panel per corruption, a metric against severity, one line
+  per method (mean over seeds) with a band of ± one standard deviation;
+* ``corruption_examples``: one image under every corruption and severity, as a grid.
 
 The table is what :func:`calib.experiments.shift.shift_table` returns (rows with
 ``corruption``, ``severity``, the metric, a method column and optionally ``seed``).
