@@ -284,18 +284,7 @@ def test_output_and_code_lines_fit_88_columns(source):
                       f"characters, e.g. {long[0][:100]!r}")
 
 
-# Pages whose wide tables still stick out of the 1280 px column (open, issue 21: the
-# method tables of chapter 12 and of the post-hoc API page need fewer columns).
-KNOWN_WIDE_TABLES = {"book/12_beyond_temperature_scaling.ipynb", "book/api/posthoc.md"}
-
-
-def _layout_param(path: pathlib.Path):
-    rel = path.relative_to(ROOT).as_posix()
-    marks = [pytest.mark.xfail(strict=False, reason="wide table, open (issue 21)")] if rel in KNOWN_WIDE_TABLES else []
-    return pytest.param(path, marks=marks, id=rel)
-
-
-@pytest.mark.parametrize("source", [_layout_param(p) for p in _all_pages()])
+@pytest.mark.parametrize("source", _all_pages(), ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_page_layout_reads_at_1280px(server, source):
     page = _page_html(source)
     assert page.exists(), f"{page.relative_to(HTML)} was not built"

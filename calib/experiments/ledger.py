@@ -33,7 +33,8 @@ from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
-           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS"]
+           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
+           "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -212,3 +213,74 @@ def histories(name: str, root: str | os.PathLike = ROOT) -> dict[str, list[dict[
     return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
             for d in cell_dirs(name, root)}
 
+
+
+# -- reading a committed sweep (what the chapters show) ------------------------------------
+
+
+def committed_root() -> Path:
+    """The committed ledger: ``results/`` of the repository that holds this ``calib``.
+
+    It is part of a clone (or an editable install), not of the pip package: the chapters
+    read it from a clone of the repository.
+    """
+    return Path(__file__).resolve().parents[2] / ROOT
+
+
+def _settings(text: str) -> dict[str, str]:
+    return dict(item.split("=", 1) for item in text.split(",") if item)
+
+
+def protocol_of(settings: str) -> str:
+    """The :data:`PROTOCOLS` key of a cell's per-cell settings (``"clip_grad=2,lr=0.1"`` -> ``"C"``)."""
+    given = _settings(settings)
+    for key, spec in PROTOCOLS.items():
+        if _settings(spec) == given:
+            return key
+    raise ValueError(f"settings {settings!r} are none of the protocols {PROTOCOLS}")
+
+
+def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None) -> Any:
+    """One row per finished cell of a protocol sweep, as a pandas DataFrame.
+
+    Columns: ``loss``, ``protocol`` (A, B or C of :data:`PROTOCOLS`), ``seed`` and the
+    test-set metrics of the last epoch: ``accuracy``, ``ece``, ``temperature`` (the NLL
+    fit on the validation split), ``ece_ts`` (after it), ``nll``, ``nll_ts``.
+    """
+    import pandas as pd
+
+    rows, _ = load(name, committed_root() if root is None else root)
+    keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts")
+    return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or ""))}
+                         for r in rows])
+
+
+# (column, heading, scale) of protocol_table: percentages for accuracy and ECE, T as is
+_TABLE_COLUMNS = (("accuracy", "accuracy (%)", 100.0), ("ece", "ECE (%)", 100.0), ("temperature", "T", 1.0),
+                  ("ece_ts", "ECE after TS (%)", 100.0))
+
+
+def protocol_table(runs: Any) -> Any:
+    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol), n = seeds."""
+    import pandas as pd
+
+    from .tables import mean_std
+
+    rows = []
+    for (loss, protocol), group in runs.groupby(["loss", "protocol"], sort=False):
+        rows.append({"loss": loss, "protocol": protocol, "n": len(group),
+                     **{head: mean_std(group[col], scale) for col, head, scale in _TABLE_COLUMNS}})
+    return pd.DataFrame(rows).set_index(["loss", "protocol"])
+
+
+def epoch_curves(name: str = "reduction", key: str = "test_ece",
+                 root: str | os.PathLike | None = None) -> dict[tuple[str, str], Any]:
+    """Per-epoch ``key`` of every finished cell, grouped: ``{(loss, protocol): (seeds, epochs) array}``."""
+    import numpy as np
+
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for cell, history in histories(name, committed_root() if root is None else root).items():
+        # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
+        spec, settings = cell.split("__")[2].split("@", 1)
+        groups.setdefault((spec.split("-", 1)[0], protocol_of(settings)), []).append([h[key] for h in history])
+    return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
