@@ -43,7 +43,7 @@ def default_grid(step: float = 0.1, upper: float = 10.0) -> np.ndarray:
     """The temperatures ``step, 2 step, ..., upper`` searched on validation ECE.
 
     ``step=0.1`` is the grid of Lin et al. (2024) section 5 (their ``0, 0.1, ..., 10``
-    without ``T = 0``; Mukhoti et al. (2020) state no grid); Wang et al. (2021) section 3.2 search ``0.01, ..., 10``
+    without ``T = 0``; Mukhoti et al. (2020) state no grid); Wang et al. (2021) section 4 search ``0.01, ..., 10``
     (``step=0.01``). Values are rounded to 10 decimals so ``0.3`` is exactly ``0.3``.
     """
     step = check_positive(step, "step")

@@ -147,8 +147,8 @@ def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method
     ``n_bins`` bins) on ``softmax(g)`` and on ``softmax(g / T)`` for two temperatures fitted on
     the validation split by ``calib.posthoc.TemperatureScaling``: ``"nll"``, the NLL minimiser
     (Guo et al.), and ``"grid"``, the lowest validation ECE over ``ts_grid_step, ..., 10``
-    (Mukhoti et al. (2020) Table 1 and Lin et al. (2024) §5 with step 0.1; Wang et al. (2021)
-    §3.2 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
+    (Lin et al. (2024) §5 with step 0.1, Mukhoti et al. (2020) Table 1 with no grid stated;
+    Wang et al. (2021) §4 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
     ``post_ts`` and ``temperature``. ``selected_epoch`` (from the record) says which epoch's
     weights produced the logits.
     """
