@@ -51,8 +51,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     # gives a 5,000-image validation set. How they fit T is not stated: NLL fit (Guo et al.).
     "wang2024": dict(_CIFAR, select="best_val", ts_method="nll"),
     # Wang et al. (2021), Tables 1-2: T searched on the validation set over {0.01, 0.02, ..., 10}
-    # (§3.2). Their schedule is in an appendix the text we hold does not include; it states
-    # only that the CIFAR-100 lr drops by 10x at epoch 100 (§4, Fig. 4). We keep the CIFAR
+    # (§4). Their schedule is in an appendix the text we hold does not include; it states
+    # only that the CIFAR-100 lr drops by 10x at epoch 100 (§5.1, Fig. 4). We keep the CIFAR
     # schedule above as a stand-in and say so wherever this preset is used.
     "wang2021": dict(_CIFAR, ts_method="grid", ts_grid_step=0.01),
 }

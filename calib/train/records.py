@@ -148,7 +148,7 @@ def compute_metrics(record: Mapping[str, Tensor], *, n_bins: int = 15, ts_method
     the validation split by ``calib.posthoc.TemperatureScaling``: ``"nll"``, the NLL minimiser
     (Guo et al.), and ``"grid"``, the lowest validation ECE over ``ts_grid_step, ..., 10``
     (Mukhoti et al. (2020) Table 1 and Lin et al. (2024) §5 with step 0.1; Wang et al. (2021)
-    §3.2 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
+    §4 with step 0.01). Both are kept under ``"ts"``; ``ts_method`` picks the one reported as
     ``post_ts`` and ``temperature``. ``selected_epoch`` (from the record) says which epoch's
     weights produced the logits.
     """
