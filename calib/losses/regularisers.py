@@ -62,8 +62,9 @@ def logit_norm_loss(
     """``L = CE + α‖g‖_p``: CE plus an L_p penalty on the logits ``g`` (Wang et al.
     (2021), §3; the student report (2021), §2.3).
 
-    ``p ≥ 1`` (a norm); the student report (2021) and Wang et al. (2021) use p = 1 and α in
-    {0.001, ..., 0.05}. By the student report (2021)'s Theorem 1
+    ``p ≥ 1`` (a norm); the student report (2021) and Wang et al. (2021) use p = 1; Wang et
+    al. (2021), §3.1, sweep α in {0.001, 0.005, 0.01, 0.05, 0.1} (the student report states
+    no α). By the student report (2021)'s Theorem 1
     scaling logits up sharpens the softmax, so shrinking them tempers confidence.
     """
     x, y = _prepare(logits, targets, reduction)
