@@ -59,7 +59,7 @@ def flsd53_gra_loss(
 ) -> Tensor:
     """FLSD-53-GRA: gradient ``(1 − p̂_y)^γ_i · ∇CE`` with the weight held constant.
 
-    The FL-GRA row of Lin et al. (2024), Table 2 (§5.3): the FLSD-53 schedule (Lin et al.
+    The FLSD-GRA column of Lin et al. (2024), Table 2 (§5.3): the FLSD-53 schedule (Lin et al.
     (2024), App. 11; ``γ_i = 5`` if ``p̂_y < 0.2`` else 3, see :func:`flsd53_loss`) with the focal
     weight ``u_i = (1 − p̂_y)^γ_i`` detached, so the value is ``u_i · CE_i`` and the
     gradient is exactly ``u_i · ∇CE_i`` (Lin et al. 2024, Eq. 9).
