@@ -193,10 +193,10 @@ def check_labels(
         raise ValueError(f"{name} must have shape (N,), got shape {tuple(y.shape)}")
     if y.shape[0] != n:
         raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have N = {n} rows")
-    if n and (not per_step or reads_values(y)) and (int(y.min()) < 0 or int(y.max()) >= num_classes):
-        raise ValueError(
-            f"{name} must lie in [0, {num_classes}); got values in [{int(y.min())}, {int(y.max())}]"
-        )
+    if n and (not per_step or reads_values(y)):
+        lo, hi = (int(v) for v in y.aminmax())
+        if lo < 0 or hi >= num_classes:
+            raise ValueError(f"{name} must lie in [0, {num_classes}); got values in [{lo}, {hi}]")
     return y.long()
 
 

@@ -196,6 +196,17 @@ def claim(ok: bool, text: str) -> bool:
     return ok
 
 
+def report(ok: bool | None, text: str) -> None:
+    """Print a finding that is reported, not asserted: a paper's claim tested on our runs.
+
+    ``ok`` None: the runs that would decide it are not there yet (e.g. an unfinished ledger).
+    """
+    import textwrap
+
+    head = {True: "holds here:     ", False: "does not hold: ", None: "not run yet:    "}[None if ok is None else bool(ok)]
+    print(textwrap.fill(head + text, width=80, subsequent_indent=" " * 16))
+
+
 # ----------------------------------------------------------------------------- expected Colab time
 # Sustained throughput we assume for the book's CIFAR networks on a T4 with AMP: 1.5 TFLOP/s,
 # under a fifth of the card's 8.1 TFLOP/s FP32 peak (and ~2% of its 65 TFLOP/s FP16

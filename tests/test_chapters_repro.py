@@ -51,6 +51,21 @@ def test_epoch_band_curves_draws_mean_and_band() -> None:
         plots.epoch_band_curves({}, ylabel="x")
 
 
+def test_epoch_band_curves_one_panel_per_group_on_a_shared_axis() -> None:
+    from calib import plots
+
+    a = np.array([[3.0, 2.0, 1.0], [5.0, 4.0, 3.0]])
+    fig = plots.epoch_band_curves({"A": {"CE": a, "focal γ=3": a / 2}, "B": {"CE": a + 1}}, ylabel="ECE")
+    assert [ax.get_title() for ax in fig.axes] == ["A", "B"]
+    assert np.allclose(fig.axes[1].lines[0].get_ydata(), [5.0, 4.0, 3.0])
+    assert fig.axes[0].get_shared_y_axes().joined(fig.axes[0], fig.axes[1])
+    # a loss keeps its colour from panel to panel
+    assert fig.axes[0].lines[0].get_color() == fig.axes[1].lines[0].get_color()
+    assert fig.get_figwidth() <= 7
+    with pytest.raises(ValueError, match="empty"):
+        plots.epoch_band_curves({"A": {}}, ylabel="x")
+
+
 def test_coefficient_curves_one_panel_per_loss() -> None:
     from calib import plots
 

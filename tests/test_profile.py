@@ -29,3 +29,15 @@ def test_describe_names_profile_and_device(monkeypatch):
     monkeypatch.setenv("CALIB_PROFILE", "quick")
     text = profile.describe()
     assert "quick" in text and str(profile.device()) in text
+
+
+def test_report_prints_each_verdict_wrapped_to_the_column(capsys):
+    from calib import profile
+
+    profile.report(True, "a")
+    profile.report(False, "b")
+    profile.report(None, "c " * 60)
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == "holds here:     a" and lines[1] == "does not hold: b"
+    assert lines[2].startswith("not run yet:    c") and len(lines) > 3
+    assert all(len(line) <= 80 for line in lines) and lines[3].startswith(" " * 16 + "c")

@@ -27,14 +27,14 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Mapping
 
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves"]
+           "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -178,15 +178,15 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
     }
 
 
-def cell_dirs(name: str, root: str | os.PathLike = ROOT) -> list[Path]:
-    """Run directories of the sweep's finished cells, sorted by name."""
-    out = Path(root) / name
+def cell_dirs(name: str, root: str | os.PathLike | None = None) -> list[Path]:
+    """Run directories of the sweep's finished cells, sorted by name (root: the committed ledger)."""
+    out = _root(root) / name
     if not (out / MANIFEST_FILE).exists():
         return []
     return sorted(p for p in (out / RUNS_DIR).iterdir() if (p / "metrics.json").exists())
 
 
-def training_seconds(name: str, root: str | os.PathLike = ROOT) -> float:
+def training_seconds(name: str, root: str | os.PathLike | None = None) -> float:
     """Training time of every finished cell: the epochs' wall ``seconds`` in ``history.jsonl``.
 
     Each cell runs on one thread, so on an idle machine this is its CPU time; on a shared
@@ -199,16 +199,16 @@ def training_seconds(name: str, root: str | os.PathLike = ROOT) -> float:
     return total
 
 
-def load(name: str, root: str | os.PathLike = ROOT) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def load(name: str, root: str | os.PathLike | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The rows of ``results.csv`` and the provenance of a committed ledger sweep."""
-    out = Path(root) / _sweep(name).name
+    out = _root(root) / _sweep(name).name
     if not (out / RESULTS_FILE).exists():
         raise FileNotFoundError(f"{out / RESULTS_FILE} not found: run {refresh_command(name)}")
     prov = json.loads((out / PROVENANCE_FILE).read_text()) if (out / PROVENANCE_FILE).exists() else {}
     return load_results(out), prov
 
 
-def histories(name: str, root: str | os.PathLike = ROOT) -> dict[str, list[dict[str, Any]]]:
+def histories(name: str, root: str | os.PathLike | None = None) -> dict[str, list[dict[str, Any]]]:
     """Per-epoch history of every finished cell, by cell directory name."""
     return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
             for d in cell_dirs(name, root)}
@@ -225,6 +225,10 @@ def committed_root() -> Path:
     read it from a clone of the repository.
     """
     return Path(__file__).resolve().parents[2] / ROOT
+
+
+def _root(root: str | os.PathLike | None) -> Path:
+    return committed_root() if root is None else Path(root)
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -249,7 +253,7 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     """
     import pandas as pd
 
-    rows, _ = load(name, committed_root() if root is None else root)
+    rows, _ = load(name, root)
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts")
     return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or ""))}
                          for r in rows])
@@ -279,8 +283,52 @@ def epoch_curves(name: str = "reduction", key: str = "test_ece",
     import numpy as np
 
     groups: dict[tuple[str, str], list[list[float]]] = {}
-    for cell, history in histories(name, committed_root() if root is None else root).items():
+    for cell, history in histories(name, root).items():
         # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
         spec, settings = cell.split("__")[2].split("@", 1)
         groups.setdefault((spec.split("-", 1)[0], protocol_of(settings)), []).append([h[key] for h in history])
     return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
+
+
+LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA"}  # the losses' names in the book
+
+
+def reduction_findings(runs: Any, ece: Mapping[tuple[str, str], Any], nll: Mapping[tuple[str, str], Any], *,
+                       losses: tuple[str, str, str] = ("ce", "focal", "bsce_gra"),
+                       first_drop: int = 20) -> dict[str, bool | None]:
+    """The papers' orderings, tested per protocol on the seed means of :func:`protocol_runs`.
+
+    ``losses`` names CE and the two calibration losses as ``runs["loss"]`` spells them (the
+    last one is BSCE-GRA, Lin et al. (2024)'s method); ``ece`` and ``nll`` are the test
+    ECE and NLL curves of :func:`epoch_curves` with the same names, and ``first_drop`` the
+    epoch after which the learning rate first falls. A finding whose cells are not all
+    finished is None.
+    """
+    ce, *cal = losses
+    mean = runs.groupby(["loss", "protocol"])[["ece", "ece_ts", "temperature"]].mean()
+
+    def m(loss: str, protocol: str, col: str) -> float | None:
+        return float(mean.loc[(loss, protocol), col]) if (loss, protocol) in mean.index else None
+
+    def test(cells: list[tuple[str, str, str]], rule: Callable[..., bool]) -> bool | None:
+        values = [m(*c) for c in cells]
+        return None if None in values else bool(rule(*values))
+
+    out: dict[str, bool | None] = {}
+    for p in PROTOCOLS:
+        out[f"{p}: CE is over-confident (T > 1)"] = test([(ce, p, "temperature")], lambda t: t > 1)
+        out[f"{p}: both calibration losses are under-confident (T < 1)"] = test(
+            [(c, p, "temperature") for c in cal], lambda *t: max(t) < 1)
+        out[f"{p}: both calibration losses have a lower ECE than CE before TS"] = test(
+            [(ce, p, "ece")] + [(c, p, "ece") for c in cal], lambda e, *o: max(o) < e)
+        out[f"{p}: {LOSS_NAMES.get(cal[-1], cal[-1])} has the lowest ECE before TS (Lin et al. 2024)"] = test(
+            [(cal[-1], p, "ece"), (ce, p, "ece"), (cal[0], p, "ece")], lambda g, *o: g < min(o))
+        out[f"{p}: CE has the lowest ECE after TS (Wang et al. 2021)"] = test(
+            [(ce, p, "ece_ts")] + [(c, p, "ece_ts") for c in cal], lambda e, *o: e < min(o))
+        # training length: once the learning rate has dropped, does CE overfit the NLL, and
+        # does its ECE follow? (epoch first_drop + 1 is index first_drop)
+        e, n = (None if k.get((ce, p)) is None else k[(ce, p)].mean(0) for k in (ece, nll))
+        out[f"{p}: after the first drop CE's test NLL rises from its lowest, and its ECE "
+            f"ends above its value one epoch after the drop"] = (
+            None if e is None or n is None else bool(n[-1] > n[first_drop:].min() and e[-1] > e[first_drop]))
+    return out

@@ -72,15 +72,15 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
     p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
     on_host = p.device.type == "cpu"
     y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=not on_host).to(p.device)
-    # NaN and inf show in the row sums; the labels' range is checked here too on a GPU
-    stats = torch.cat([torch.stack([*p.sum(dim=1).aminmax(), *p.aminmax()]).double(),
-                       torch.stack([*y.aminmax()]).double()])
+    # NaN and inf show in the row sums; on a GPU the labels' range is checked here too (on
+    # the host check_labels has read it)
+    stats = torch.stack([*p.sum(dim=1).aminmax(), *p.aminmax()]).double()
     k = p.shape[1]
     if on_host:
-        _raise_if_bad(stats.tolist(), name, tol, k)
+        _raise_if_bad([*stats.tolist(), 0, 0], name, tol, k)
         verdict = None
     else:
-        verdict = (stats, name, tol, k)
+        verdict = (torch.cat([stats, torch.stack([*y.aminmax()]).double()]), name, tol, k)
         y = y.clamp(0, k - 1)  # out-of-range labels are refused at the sync; never index with them
     conf, correct = top_label(p, y, tol)
     return Checked(p, y, conf, correct, verdict)
@@ -99,7 +99,7 @@ def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
         return conf, pred.eq(y)
     n, k = p.shape
     conf = p.amax(dim=1)
-    p_true = p.view(-1).index_select(0, torch.arange(0, n * k, k).add_(y))  # p[i, y_i] (p is contiguous)
+    p_true = p.gather(1, y[:, None]).squeeze(1)  # p[i, y_i]
     correct = p_true.eq(conf)
     # rows where the label is a maximum that another class may share; there, hide the label
     # and see whether the rest reaches the maximum too; argmax settles only those rows

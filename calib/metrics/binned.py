@@ -58,13 +58,14 @@ def _totals(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> tuple[Te
 
 
 def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: str,
-            rows: Tensor | None = None) -> tuple[Tensor, Tensor]:
+            rows: Tensor | None = None, *, with_mce: bool = True) -> tuple[Tensor, Tensor | None]:
     """ECE and MCE, shape ``(R, len(bin_counts))``, for each bin count and each resample.
 
     ``rows`` ``(R, N)`` holds the sample indices of R resamples (None: the data once).
     Every (resample, bin count, bin) is one cell of a single bincount of the gaps
     ``pi_i - c_i``, so there is no Python loop over resamples or bins:
     ``ECE = (1/N) sum_m |sum_{i in B_m} (pi_i - c_i)|``, ``MCE = max_m |.| / |B_m|``.
+    ECE needs no bin sizes: ``with_mce=False`` skips their bincount (MCE is then None).
     """
     n, total = conf.numel(), sum(bin_counts)
     offsets = list(accumulate(bin_counts, initial=0))[:-1]  # bin count s uses cells offset_s ... offset_s + M_s - 1
@@ -81,9 +82,11 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
         shift = total * torch.arange(r, device=conf.device)[:, None]
         cells = (idx.index_select(1, flat).view(len(bin_counts), *rows.shape) + shift).view(-1)
         gaps = gap.index_select(0, flat).repeat(len(bin_counts))
-    size = torch.bincount(cells, minlength=r * total).view(r, total)
     sums = torch.bincount(cells, gaps, minlength=r * total).view(r, total).abs_()
     ece = torch.zeros(r, len(bin_counts), dtype=torch.float64, device=conf.device).index_add_(1, segment, sums) / n
+    if not with_mce:
+        return ece, None
+    size = torch.bincount(cells, minlength=r * total).view(r, total)
     worst = torch.where(size > 0, sums / size.clamp_min(1), 0.0)
     mce = torch.zeros_like(ece).scatter_reduce_(1, segment.expand(r, -1), worst, "amax")
     return ece, mce
@@ -91,7 +94,7 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
 
 def _ece_of(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> float:
     """ECE of top-label confidences and correctness (see :func:`ece`)."""
-    return float(_errors(conf, correct, [n_bins], closed)[0])
+    return float(_errors(conf, correct, [n_bins], closed, with_mce=False)[0])
 
 
 @torch.no_grad()
@@ -108,7 +111,7 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     n_bins = check_n_bins(n_bins)
     check_closed(closed)
     c = checked(probs, labels)
-    return c.result(_errors(c.conf, c.correct, [n_bins], closed)[0])[0]
+    return c.result(_errors(c.conf, c.correct, [n_bins], closed, with_mce=False)[0])[0]
 
 
 @torch.no_grad()

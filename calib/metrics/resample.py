@@ -50,7 +50,7 @@ def ece_sweep(
     check_closed(closed)
     c = checked(probs, labels)
     if metric in ("ece", "mce"):
-        values = _errors(c.conf, c.correct, counts, closed)[metric == "mce"][0]
+        values = _errors(c.conf, c.correct, counts, closed, with_mce=metric == "mce")[metric == "mce"][0]
     elif metric == "adaece":
         values = torch.stack([_adaece_of(c.conf, c.correct, b) for b in counts])
     else:
@@ -69,7 +69,8 @@ def _resampler(metric_fn: Callable, p: Tensor, y: Tensor, conf: Tensor, correct:
     if metric_fn in (ece, mce) and set(kw) <= {"n_bins", "closed"}:
         n_bins = check_n_bins(kw.get("n_bins", 15))
         closed = check_closed(kw.get("closed", "right"))
-        return lambda rows: _errors(conf, correct, [n_bins], closed, rows)[metric_fn is mce][:, 0]
+        want_mce = metric_fn is mce
+        return lambda rows: _errors(conf, correct, [n_bins], closed, rows, with_mce=want_mce)[want_mce][:, 0]
     return None
 
 

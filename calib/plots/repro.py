@@ -52,6 +52,27 @@ def _finite_2d(values: object, name: str) -> np.ndarray:
     return a
 
 
+def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence[float] | None,
+                milestones: Sequence[int]) -> None:
+    cycle = _colors()
+    for i, (label, values) in enumerate(curves.items()):
+        color = series_color(str(label), default=cycle[i % len(cycle)])
+        a = scale * _finite_2d(values, f"curves[{label!r}]")
+        x = np.arange(1, a.shape[1] + 1) if epochs is None else np.asarray(epochs, float)
+        if x.shape != (a.shape[1],):
+            raise ValueError(f"epochs has {x.size} entries but curves[{label!r}] has "
+                             f"{a.shape[1]} evaluations")
+        ax.plot(x, a.mean(0), color=color, lw=1.6, label=f"{label} (n={a.shape[0]})")
+        if a.shape[0] > 1:
+            ax.fill_between(x, a.min(0), a.max(0), color=color, alpha=0.2, lw=0)
+    for m in milestones:
+        ax.axvline(m, color="0.5", ls=":", lw=1)
+    ax.set_xlabel("epoch", fontsize=_FONT + 1)
+    ax.tick_params(labelsize=_FONT)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=_FONT, frameon=False)
+
+
 def epoch_band_curves(
     curves: Mapping[str, object],
     *,
@@ -67,31 +88,19 @@ def epoch_band_curves(
     each evaluation (default 1, 2, ...). ``scale`` multiplies the values (100 for %).
     ``milestones`` draws dotted lines at the learning-rate drops. The style of Wang et
     al. (2021) Fig. 4 (mean of 5 runs, band from min to max). Labels naming a loss get its
-    palette colour.
+    palette colour. ``curves`` may also map panel titles to such mappings: one panel each,
+    side by side, on a shared y axis (e.g. one panel per training protocol).
     """
     curves = _check_mapping(curves, "curves")
-    fig = Figure(figsize=(min(_MAX_WIDTH, 6.0), 3.4), layout="constrained")
-    ax = fig.subplots()
-    cycle = _colors()
-    for i, (label, values) in enumerate(curves.items()):
-        color = series_color(str(label), default=cycle[i % len(cycle)])
-        a = scale * _finite_2d(values, f"curves[{label!r}]")
-        x = np.arange(1, a.shape[1] + 1) if epochs is None else np.asarray(epochs, float)
-        if x.shape != (a.shape[1],):
-            raise ValueError(f"epochs has {x.size} entries but curves[{label!r}] has "
-                             f"{a.shape[1]} evaluations")
-        ax.plot(x, a.mean(0), color=color, lw=1.6, label=f"{label} (n={a.shape[0]})")
-        if a.shape[0] > 1:
-            ax.fill_between(x, a.min(0), a.max(0), color=color, alpha=0.2, lw=0)
-    for m in milestones:
-        ax.axvline(m, color="0.5", ls=":", lw=1)
-    ax.set_xlabel("epoch", fontsize=_FONT + 1)
-    ax.set_ylabel(ylabel, fontsize=_FONT + 1)
-    ax.tick_params(labelsize=_FONT)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=_FONT, frameon=False)
-    if title:
-        ax.set_title(title, fontsize=_FONT + 1)
+    panels = curves if all(isinstance(v, Mapping) for v in curves.values()) else {title or "": curves}
+    fig = Figure(figsize=(min(_MAX_WIDTH, 6.0 if len(panels) == 1 else 3.4 * len(panels)), 3.4),
+                 layout="constrained")
+    axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    for ax, (name, panel) in zip(axes, panels.items()):
+        _band_lines(ax, _check_mapping(panel, f"curves[{name!r}]"), scale, epochs, milestones)
+        if name:
+            ax.set_title(name, fontsize=_FONT + 1)
+    axes[0].set_ylabel(ylabel, fontsize=_FONT + 1)
     return fig
 
 
