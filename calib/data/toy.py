@@ -198,7 +198,8 @@ def gaussian_overlap_splits(seed: int = 0) -> "Splits":
     ``[-10, 10]^20`` and noise ``scale = 12``, so the classes overlap (even the Bayes
     classifier errs on a sizeable fraction of points), and only 108 training points per
     class (540 in all), 100 per class for validation and 200 per class for test. An MLP
-    with two hidden layers of 128 units fits the 540 points to zero training error and its
+    with two hidden layers of 128 units fits its training points almost perfectly (96–98 %
+    training accuracy at the last epoch in chapter 8's runs) and its
     test predictions grow far more confident than they are accurate, the regime of
     Mukhoti et al. (2020, §3) and Wang et al. (2021) at CPU scale. The true posterior is
     in ``extra`` as for :func:`gaussian_splits`; the name in :func:`calib.data.load` is

@@ -57,7 +57,9 @@ def soft_accuracy(probs: ArrayLike, labels: ArrayLike, tau: float = 0.01) -> Ten
     2010, ``rank_i = 1 + sum_{k != y_i} sigmoid(...)``, and ``a_i = relu(2 - rank_i)``),
     as in meta-calibration's DECE (Bohdal et al. 2021) and SECE (Wang & Golebiowski
     (2024) section 4.2). As ``tau -> 0`` it tends to the hard correctness ``pi_i``
-    (1/2 for a tie between the label and one other class); ``tau = 0.01`` as in both papers.
+    (1/2 for a tie between the label and one other class). ``tau = 0.01`` by default: the
+    temperature Wang & Golebiowski (2024, section 5) fix for the gamma-Net; they state none
+    for the soft accuracy.
     """
     tau = check_positive(tau, "tau")
     return _soft_accuracy(*_differentiable(probs, labels), tau)

@@ -41,8 +41,8 @@ paper is exact we follow it; where it is silent these are **our choices**:
    (Wang & Golebiowski (2024), §3.3), so that shortcut gives a hypergradient of exactly zero.
 7. *Meta-optimiser*: Adam (Wang & Golebiowski (2024) cites Kingma & Ba but gives no learning rate), with Adam's
    own default learning rate ``1e-3``. Note that ``tau = 0.01`` makes gamma move 100 times
-   faster than ``x~ W``: on a toy problem 1e-3 learned useful gammas where 1e-4 barely
-   moved them, but it also let gamma run away on one seed in three (chapter 8).
+   faster than ``x~ W``: on chapter 8's toy problem 1e-3 learns gammas well away from 1,
+   where 1e-4 leaves them close to 1 (chapter 8, exercise 1).
 8. *BatchNorm in the look-ahead*: the backbone runs in its current mode on the
    meta-validation batch, with *copies* of its buffers, so the running statistics are
    updated only by the real training batch.
