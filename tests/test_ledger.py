@@ -117,3 +117,14 @@ def test_the_chapters_read_the_ledger_they_were_given():
         final = runs[(runs["loss"] == loss) & (runs["protocol"] == protocol)].sort_values("seed")["ece"]
         assert values.shape[0] == len(final)
         assert sorted(values[:, -1]) == pytest.approx(sorted(final), abs=1e-6)
+
+
+def test_paper_table_sweeps_train_every_method_the_plans_would():
+    from calib.experiments import plans
+
+    for name, (preset, title, specs) in ledger.PAPER_TABLES.items():
+        paper, net = {"lin2024": ("lin2024uncertainty", "ResNet-50"), "mukhoti2020": ("mukhoti2020focal", "ResNet-50"),
+                      "wang2024": ("wang2024unbiased", "ResNet-18")}[preset]
+        table = plans.paper_table(title, paper=paper, preset=preset, net=("cifar", net))
+        planned, _ = plans.plan_runs([table])
+        assert list(specs) == list(dict.fromkeys(r.spec for r in planned)), name

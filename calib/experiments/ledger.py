@@ -34,7 +34,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "LOSS_NAMES"]
+           "PAPER_TABLES", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -73,6 +73,32 @@ class LedgerSweep:
         return self.args.count("--loss") * len(seeds)
 
 
+def _losses(*specs: str) -> tuple[str, ...]:
+    return tuple(a for spec in specs for a in ("--loss", spec))
+
+
+# Every trainable method of a paper's Table 1 (calib.experiments.plans builds the same specs
+# from calib/paper_results.csv; tests/test_ledger.py checks they agree), at the scale above
+# under the paper's preset: its reduction, clipping and temperature fit, 40 epochs.
+PAPER_TABLES = {
+    "lin2024_t1": ("lin2024", "Lin et al. (2024) Table 1",
+                   ("ce", "brier", "mmce:normalization=code", "flsd53", "dual_focal", "bsce", "bsce_gra")),
+    "mukhoti2020_t1": ("mukhoti2020", "Mukhoti et al. (2020) Table 1",
+                       ("ce", "brier", "mmce:normalization=code", "label_smoothing:alpha=0.05", "focal")),
+    "wang2024_t1": ("wang2024", "Wang & Golebiowski (2024) Table 1",
+                    ("ce", "focal:gamma=1.0", "flsd53", "label_smoothing", "label_smoothing:epsilon=0.1",
+                     "ce@mixup_alpha=1.0", "mmce", "ce@meta=l2_reg,meta_objective=dece",
+                     "ce@meta=l2_reg,meta_objective=sece", "focal@meta=gamma_net,meta_objective=dece",
+                     "focal@meta=gamma_net,meta_objective=sece")),
+}
+# Wang et al. (2021) Tables 1-2 (chapter 9: CIFAR-10 coefficients, plus inverse focal loss)
+# and the coefficient grids of chapter 10, under the wang2021 preset.
+_WANG2021 = ("ce", "label_smoothing:epsilon=0.05", "logit_norm:alpha=0.05", "focal:gamma=3",
+             "inverse_focal:gamma=1", "inverse_focal:gamma=2")
+_BENCH = ("ce", *(f"label_smoothing:epsilon={c}" for c in (0.01, 0.05, 0.09)),
+          *(f"logit_norm:alpha={c}" for c in (0.001, 0.01, 0.1)),
+          *(f"entropy_reg:alpha={c}" for c in (0.1, 0.3, 0.5)), *(f"focal:gamma={c}" for c in (1.0, 3.0, 5.0)))
+
 SWEEPS: dict[str, LedgerSweep] = {
     "reduction": LedgerSweep(
         "reduction",
@@ -82,6 +108,18 @@ SWEEPS: dict[str, LedgerSweep] = {
         _FMNIST + ("--seeds", "0,1,2")
         + tuple(a for loss in _LOSSES for p in PROTOCOLS.values() for a in ("--loss", f"{loss}@{p}")),
     ),
+    **{name: LedgerSweep(name, f"{title}: every method calib trains, at the real CPU scale under the "
+                               f"{preset} preset, 3 seeds.",
+                         _FMNIST + ("--preset", preset, "--seeds", "0,1,2") + _losses(*specs))
+       for name, (preset, title, specs) in PAPER_TABLES.items()},
+    "wang2021_t12": LedgerSweep(
+        "wang2021_t12", "Wang et al. (2021) Tables 1-2 (chapter 9): CE, label smoothing, the L1 logit penalty "
+        "and focal loss with their CIFAR-10 coefficients, and inverse focal loss, under the wang2021 preset, "
+        "3 seeds.", _FMNIST + ("--preset", "wang2021", "--seeds", "0,1,2") + _losses(*_WANG2021)),
+    "bench": LedgerSweep(
+        "bench", "Chapter 10's coefficient grids (label smoothing, L1 logit penalty, entropy regulariser, "
+        "focal loss) beside CE, under the wang2021 preset, 3 seeds.",
+        _FMNIST + ("--preset", "wang2021", "--seeds", "0,1,2") + _losses(*_BENCH)),
 }
 
 
