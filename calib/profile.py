@@ -72,6 +72,15 @@ def pick(*, quick: T, colab: T, paper: T, profile: str | None = None) -> T:
     return {"quick": quick, "colab": colab, "paper": paper}[name]
 
 
+def work(*, quick: T, colab: T, paper: T) -> T:
+    """An amount of work (sample sizes, replicates, restarts) for the active profile.
+
+    :func:`pick`, except in smoke mode, where the ``colab`` and ``paper`` branches run with
+    the ``quick`` amount: the same code path, in seconds.
+    """
+    return quick if smoke() else pick(quick=quick, colab=colab, paper=paper)
+
+
 def device() -> torch.device:
     """The device to compute on, picked at run time: CUDA when present, else CPU."""
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -41,3 +41,14 @@ def test_report_prints_each_verdict_wrapped_to_the_column(capsys):
     assert lines[0] == "holds here:     a" and lines[1] == "does not hold: b"
     assert lines[2].startswith("not run yet:    c") and len(lines) > 3
     assert all(len(line) <= 80 for line in lines) and lines[3].startswith(" " * 16 + "c")
+
+
+def test_work_is_pick_except_in_smoke_mode(monkeypatch):
+    from calib import profile
+
+    monkeypatch.setenv("CALIB_PROFILE", "paper")
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+    assert profile.work(quick=1, colab=2, paper=3) == 3
+    monkeypatch.setenv("CALIB_SMOKE", "1")
+    assert profile.work(quick=1, colab=2, paper=3) == 1
+    assert profile.pick(quick=1, colab=2, paper=3) == 3  # choices of code path are unchanged
