@@ -60,7 +60,7 @@ test: fashion-mnist test-unit chromium
 	$(MAKE) --no-print-directory test-browser-only
 
 test-unit: $(STAMP)
-	$(BIN)/python -m pytest -q -n 2 -m "not browser" tests
+	$(BIN)/python -m pytest -q -n 2 -m "not browser" --durations=10 tests
 
 test-notebooks: $(STAMP) fashion-mnist
 	$(LIMIT) $(BIN)/python -m pytest -q --nbval-lax book
