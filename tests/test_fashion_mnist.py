@@ -202,6 +202,23 @@ def test_train_size_is_a_balanced_seeded_subset(isolated):
         load("digits", train_size=10)
 
 
+def test_test_size_is_a_balanced_seeded_subset_of_the_test_split(isolated):
+    fake.write_fashion_mnist(isolated, n_train=200, n_test=60)
+    full = load("fashion_mnist", isolated, val_size=20, split_seed=1)
+    s = load("fashion_mnist", isolated, val_size=20, split_seed=1, test_size=30)
+    assert s.test_x.shape[0] == 30 and torch.equal(s.train_x, full.train_x) and torch.equal(s.val_x, full.val_x)
+    assert torch.bincount(s.test_y, minlength=10).tolist() == [3] * 10
+    rows = {bytes(r.numpy().tobytes()) for r in full.test_x}
+    assert all(bytes(r.numpy().tobytes()) in rows for r in s.test_x)     # drawn from the test split only
+    again = load("fashion_mnist", isolated, val_size=20, split_seed=1, test_size=30)
+    assert torch.equal(again.test_x, s.test_x) and torch.equal(again.test_y, s.test_y)
+    n_test = full.test_y.numel()
+    with pytest.raises(ValueError, match=f"test_size must be <= {n_test} \\(the test examples\\)"):
+        load("fashion_mnist", isolated, val_size=20, test_size=n_test + 1)
+    with pytest.raises(ValueError, match="test_size does not apply"):
+        load("digits", test_size=10)
+
+
 @settings(max_examples=40, deadline=None)
 @given(counts=st.lists(st.integers(0, 30), min_size=2, max_size=6), frac=st.floats(0, 1), seed=st.integers(0, 99))
 def test_stratified_subset_property(counts, frac, seed):

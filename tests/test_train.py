@@ -25,6 +25,7 @@ from calib.train import (
     load_config,
     load_history,
     load_logits,
+    mean_history,
     scaled_milestones,
     split_stats,
 )
@@ -459,3 +460,15 @@ def test_loss_reduction_is_validated_and_set_by_the_papers_presets():
     assert PRESETS["lin2024"]["loss_reduction"] == PRESETS["mukhoti2020"]["loss_reduction"] == "sum"
     assert TrainConfig.from_preset("lin2024", profile="quick").clip_grad == 2.0
     assert TrainConfig().loss_reduction == "mean"
+
+
+def test_mean_history_averages_each_epoch_over_runs():
+    a = [{"epoch": 1, "test_nll": 1.0, "lr": 0.1, "x": None}, {"epoch": 2, "test_nll": 3.0, "lr": 0.1}]
+    b = [{"epoch": 1, "test_nll": 2.0, "lr": 0.1, "x": 1.0}, {"epoch": 2, "test_nll": 5.0, "lr": 0.1}]
+    m = mean_history([a, b])
+    assert m == [{"epoch": 1, "test_nll": 1.5, "lr": 0.1}, {"epoch": 2, "test_nll": 4.0, "lr": 0.1}]
+    assert mean_history([a]) == [{k: v for k, v in line.items() if v is not None} for line in a]
+    with pytest.raises(ValueError, match="same number of epochs"):
+        mean_history([a, b[:1]])
+    with pytest.raises(ValueError, match="non-empty"):
+        mean_history([])

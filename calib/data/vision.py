@@ -119,19 +119,21 @@ def _stratified_head(perm: Tensor, labels: Tensor, val_size: int) -> Tensor:
     return perm[order[rank < per_class]]
 
 
-def stratified_subset(labels: Tensor, size: int, seed: int) -> Tensor:
+def stratified_subset(labels: Tensor, size: int, seed: int, *, name: str = "train_size") -> Tensor:
     """``size`` indices into ``labels``, as class-balanced as the classes allow, chosen by ``seed``.
 
     The indices are shuffled by a seeded permutation, ranked within their class in that
     order, and taken by rank (every class's first example, then every class's second, ...;
     ties by permutation position), so each class gets ``size / K`` examples (±1) while it has
-    them. Returned sorted; they depend only on ``(labels, size, seed)``.
+    them. Returned sorted; they depend only on ``(labels, size, seed)``. ``name`` is the
+    argument named in the error messages.
     """
     n = labels.shape[0]
-    check_positive_int(size, "train_size")
+    check_positive_int(size, name)
     if size > n:
-        raise ValueError(f"train_size must be <= {n} (the training examples left after the validation split), "
-                         f"got {size}")
+        left = ("the test examples" if name == "test_size"
+                else "the training examples left after the validation split")
+        raise ValueError(f"{name} must be <= {n} ({left}), got {size}")
     gen = torch.Generator().manual_seed(int(np.random.SeedSequence([int(seed), 0x7EA1]).generate_state(1)[0]))
     perm = torch.randperm(n, generator=gen)
     lab = labels[perm].long()
@@ -387,6 +389,7 @@ def load(
     split_seed: int = 0,
     download: bool = False,
     train_size: int | None = None,
+    test_size: int | None = None,
 ) -> Splits:
     """Load dataset ``name`` from ``root`` as train / validation / test tensors.
 
@@ -397,12 +400,14 @@ def load(
     multiple of the number of classes). ``train_size`` (default: all) keeps that many of the
     remaining training examples, class-balanced and chosen by ``split_seed``
     (:func:`stratified_subset`); the validation and test splits do not depend on it.
+    ``test_size`` (default: all) keeps that many test examples, class-balanced and chosen
+    by ``split_seed`` in the same way (e.g. to evaluate the test split every epoch cheaply).
     Images stay ``uint8``; pass ``splits.mean`` and ``splits.std`` to
     :class:`calib.data.DeviceLoader` to normalise on the device.
 
     ``digits``, ``gaussian`` and ``gaussian_overlap`` build the offline toy data of :mod:`calib.data.toy` with
-    ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size`` or
-    ``train_size`` is refused with ``ValueError`` rather than silently ignored).
+    ``seed=split_seed`` (``root`` and ``download`` do not apply to them; a ``val_size``,
+    ``train_size`` or ``test_size`` is refused with ``ValueError`` rather than silently ignored).
 
     ``root`` defaults to ``$CALIB_DATA``, else ``"data"`` (:func:`calib.profile.data_root`;
     the conventional ``"data"`` also yields to ``$CALIB_DATA``). Fashion-MNIST is also looked
@@ -420,7 +425,7 @@ def load(
         raise TypeError(f"name must be a str, got {type(name).__name__}")
     key = name.lower().replace("-", "_")
     if key in _TOY_NAMES:
-        for arg, value in (("val_size", val_size), ("train_size", train_size)):
+        for arg, value in (("val_size", val_size), ("train_size", train_size), ("test_size", test_size)):
             if value is not None:
                 flag = "--" + arg.replace("_", "-")
                 raise ValueError(f"{arg} does not apply to {key!r}: its train/val/test split is fixed by "
@@ -434,6 +439,8 @@ def load(
         raise TypeError(f"val_size must be an int or None, got {type(val_size).__name__}")  # before slow reads
     if train_size is not None:
         check_positive_int(train_size, "train_size")
+    if test_size is not None:
+        check_positive_int(test_size, "test_size")
     root = _profile.data_root(root)
     train_x, train_y, test_x, test_y = _READERS[key](Path(root).expanduser(), download)
     k = _CLASSES[key]
@@ -450,6 +457,11 @@ def load(
         if _profile.smoke():
             train_size = min(train_size, tr.numel())
         tr = tr[stratified_subset(train_y[tr], train_size, split_seed)]
+    if test_size is not None:
+        if _profile.smoke():
+            test_size = min(test_size, test_y.numel())
+        te = stratified_subset(test_y, test_size, split_seed, name="test_size")
+        test_x, test_y = test_x[te], test_y[te]
     mean, std = DATASET_STATS[key]
     return smoke_subset(Splits(
         train_x[tr], train_y[tr], train_x[va], train_y[va], test_x, test_y,

@@ -21,7 +21,7 @@ import errno
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -39,6 +39,7 @@ __all__ = [
     "TS_METHODS",
     "atomic_save",
     "load_history",
+    "mean_history",
     "load_logits",
     "load_epoch_logits",
     "compute_metrics",
@@ -120,6 +121,36 @@ def load_history(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: is {run_dir} a calib run directory?")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def mean_history(histories: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[str, Any]]:
+    """The per-epoch mean of several runs' histories (e.g. one per seed), as one history.
+
+    Epoch ``i`` of the result averages epoch ``i`` of every run, key by key, over the keys
+    that are numbers in every run at that epoch (a key that is missing or None in any run
+    is left out; ``epoch`` is kept). The result can go wherever one history goes, e.g.
+    :func:`calib.plots.training_curves`.
+
+    Raises:
+        ValueError: no histories, or histories of different lengths.
+    """
+    runs = [list(h) for h in histories]
+    if not runs or not all(runs):
+        raise ValueError("histories must be one or more non-empty lists of per-epoch dicts")
+    if len({len(h) for h in runs}) != 1:
+        raise ValueError(f"histories must have the same number of epochs, got {[len(h) for h in runs]}")
+    out = []
+    for lines in zip(*runs):
+        keys = [k for k, v in lines[0].items() if _is_number(v)
+                and all(_is_number(line.get(k)) for line in lines)]
+        out.append({k: sum(float(line[k]) for line in lines) / len(lines) for k in keys})
+        if "epoch" in lines[0]:
+            out[-1]["epoch"] = lines[0]["epoch"]
+    return out
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
 def load_logits(run_dir: str | os.PathLike) -> dict[str, Tensor]:

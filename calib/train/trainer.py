@@ -73,6 +73,7 @@ from .records import (
     load_epoch_logits,
     load_history,
     load_logits,
+    mean_history,
     split_stats,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "evaluate_run",
     "load_logits",
     "load_history",
+    "mean_history",
     "load_config",
     "split_stats",
     "smoke_config",
