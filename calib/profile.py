@@ -72,13 +72,19 @@ def pick(*, quick: T, colab: T, paper: T, profile: str | None = None) -> T:
     return {"quick": quick, "colab": colab, "paper": paper}[name]
 
 
+FULL_WORK_VAR = "CALIB_FULL_WORK"
+
+
 def work(*, quick: T, colab: T, paper: T) -> T:
     """An amount of work (sample sizes, replicates, restarts) for the active profile.
 
     :func:`pick`, except in smoke mode, where the ``colab`` and ``paper`` branches run with
-    the ``quick`` amount: the same code path, in seconds.
+    the ``quick`` amount: the same code path, in seconds. ``tools/estimate_runtimes.py``
+    sets ``$CALIB_FULL_WORK=1`` to time a chapter's full amounts in smoke mode.
     """
-    return quick if smoke() else pick(quick=quick, colab=colab, paper=paper)
+    if smoke() and os.environ.get(FULL_WORK_VAR, "") in ("", "0"):
+        return quick
+    return pick(quick=quick, colab=colab, paper=paper)
 
 
 def device() -> torch.device:
@@ -254,7 +260,7 @@ class Estimate:
                     f"  (no training runs; {self.other_seconds:.0f} s of work timed on a CPU)")
         return (f"{head} about {_minutes(self.seconds)}, estimated\n"
                 f"  ({_flops(self.train_flops)} of training at an assumed "
-                f"{T4_SUSTAINED_FLOPS / 1e12:g} TFLOP/s + {self.other_seconds:.0f} s of other work on a CPU)")
+                f"{T4_SUSTAINED_FLOPS / 1e12:g} TFLOP/s + {self.other_seconds:.0f} s of other work)")
 
 
 def _flops(flops: float) -> str:

@@ -54,7 +54,9 @@ def main() -> int:
         base = dict(os.environ, CALIB_PROFILE="colab", CALIB_PROGRESS="0", PYTHONPATH=str(ROOT))
         if not args.measure:
             subprocess.run([sys.executable, "-m", "calib", "fake-data", f"{tmp}/data"], check=True, env=base)
-            base.update(CALIB_SMOKE="1", CALIB_DATA=f"{tmp}/data", OMP_NUM_THREADS="1")
+            # training capped by smoke mode; every other amount of work (profile.work) in full
+            base.update(CALIB_SMOKE="1", CALIB_DATA=f"{tmp}/data", OMP_NUM_THREADS="1",
+                        **{profile.FULL_WORK_VAR: "1"})
         for nb in notebooks:
             ledger = pathlib.Path(tmp) / f"{nb.stem}.jsonl"
             rc, seconds = run_chapter(nb, dict(base, **{profile.LEDGER_VAR: str(ledger)}))
