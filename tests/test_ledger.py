@@ -128,3 +128,16 @@ def test_paper_table_sweeps_train_every_method_the_plans_would():
         table = plans.paper_table(title, paper=paper, preset=preset, net=("cifar", net))
         planned, _ = plans.plan_runs([table])
         assert list(specs) == list(dict.fromkeys(r.spec for r in planned)), name
+
+
+def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypatch):
+    tiny = ledger.LedgerSweep("tiny", "a one-epoch test sweep",
+                              ("--data", "digits", "--model", "mlp", "--epochs", "1", "--no-progress",
+                               "--seeds", "0,1", "--loss", "ce"))
+    monkeypatch.setitem(ledger.SWEEPS, "tiny", tiny)
+    prov = ledger.run("tiny", tmp_path, jobs=2)
+    assert prov["cells_finished"] == prov["cells_planned"] == 2
+    assert len(ledger.load("tiny", tmp_path)[0]) == 2 and "finished" in prov["sessions"][-1]
+    prov = ledger.record("tiny", tmp_path, stopped=True)  # what Ctrl+C leaves behind
+    assert len(prov["sessions"]) == 2 and "stopped" in prov["sessions"][-1]
+    assert json.loads((tmp_path / "tiny" / ledger.PROVENANCE_FILE).read_text()) == prov

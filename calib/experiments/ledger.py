@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -32,7 +33,7 @@ from typing import Any, Callable, Mapping
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
-__all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
+__all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
            "PAPER_TABLES", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "LOSS_NAMES"]
 
@@ -151,27 +152,48 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     """Run (or resume) a ledger sweep in ``jobs`` one-thread shards, merge, write its provenance.
 
     Returns the provenance. Finished cells are skipped, so this is also how an interrupted
-    ledger continues.
+    ledger continues. Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the
+    finished cells are merged into ``results.csv`` and the session is recorded as stopped,
+    so what is there can be committed and ``make ledger`` resumes it later.
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
-    out = Path(root) / name
     start, commit = time.time(), _git_commit()
     procs = []
     for i in range(1, jobs + 1):
         cmd = command(name, root, (i, jobs) if jobs > 1 else None)
         print(f"ledger {name}: {' '.join(cmd)}", file=log, flush=True)
         procs.append(subprocess.Popen([sys.executable, *cmd[1:]], env=_thread_env()))
-    codes = [p.wait() for p in procs]
+    try:
+        codes = [p.wait() for p in procs]
+    except KeyboardInterrupt:
+        for p in procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)  # a shard checkpoints its cell and stops
+        for p in procs:
+            p.wait()
+        record(name, root, jobs, commit, start, stopped=True)
+        print(f"ledger {name}: stopped; finished cells merged, {refresh_command(name)} resumes it",
+              file=log, flush=True)
+        raise
     if any(codes):
         raise RuntimeError(f"ledger sweep {name!r}: a shard exited with {codes}; re-run to resume")
-    if jobs > 1:
-        subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
-    wall = time.time() - start
+    return record(name, root, jobs, commit, start)
+
+
+def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str | None = None,
+           start: float | None = None, *, stopped: bool = False) -> dict[str, Any]:
+    """Merge the finished cells into ``results.csv`` and add this session to the provenance."""
+    subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
     prov = provenance(name, root)
-    prov["sessions"] = prov.get("sessions", []) + [{"wall_seconds": round(wall, 1), "jobs": jobs, "commit": commit,
-                                                    "finished": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())}]
-    (out / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
+    session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit()}
+    if start is not None:
+        session["wall_seconds"] = round(time.time() - start, 1)
+    now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
+    session.update({"stopped": now, "note": "stopped before the end; make ledger resumes it"} if stopped
+                   else {"finished": now})
+    prov["sessions"] = prov.get("sessions", []) + [session]
+    (Path(root) / name / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
     return prov
 
 
