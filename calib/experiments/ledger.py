@@ -305,11 +305,15 @@ def protocol_of(settings: str) -> str:
 
 
 def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None) -> Any:
-    """One row per finished cell of a protocol sweep, as a pandas DataFrame.
+    """One row per cell in the sweep's ``results.csv``, as a pandas DataFrame.
 
-    Columns: ``loss``, ``protocol`` (A, B or C of :data:`PROTOCOLS`), ``seed`` and the
-    test-set metrics of the last epoch: ``accuracy``, ``ece``, ``temperature`` (the NLL
-    fit on the validation split), ``ece_ts`` (after it), ``nll``, ``nll_ts``.
+    ``results.csv`` holds the cells finished when the sweep last merged its shards; a cell
+    finished since then has a run directory but no row, and is left out here (as in
+    :func:`epoch_curves`). Columns: ``loss``, ``protocol`` (A, B or C of
+    :data:`PROTOCOLS`), ``seed``; ``temperature``, the run's temperature fit on the
+    validation split (the NLL fit in the reduction sweep); and the test-set metrics of
+    the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
+    ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it.
     """
     import pandas as pd
 
@@ -325,7 +329,12 @@ _TABLE_COLUMNS = (("accuracy", "accuracy (%)", 100.0), ("ece", "ECE (%)", 100.0)
 
 
 def protocol_table(runs: Any) -> Any:
-    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol), n = seeds."""
+    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol).
+
+    ``n`` is the number of seeds in the row (with one, only the value is printed); the
+    columns are the accuracy and the ECE before and after temperature scaling in percent,
+    and the temperature ``T`` as is. The std is the sample standard deviation.
+    """
     import pandas as pd
 
     from .tables import mean_std
@@ -339,14 +348,25 @@ def protocol_table(runs: Any) -> Any:
 
 def epoch_curves(name: str = "reduction", key: str = "test_ece",
                  root: str | os.PathLike | None = None) -> dict[tuple[str, str], Any]:
-    """Per-epoch ``key`` of every finished cell, grouped: ``{(loss, protocol): (seeds, epochs) array}``."""
+    """Per-epoch ``key`` of the cells of :func:`protocol_runs`, grouped by (loss, protocol).
+
+    Returns ``{(loss, protocol): (seeds, epochs) array}`` from each cell's
+    ``history.jsonl``. Only cells with a row in ``results.csv`` are read, so the curves
+    rest on the same seeds as the table (a run directory finished after the last merge
+    is left out).
+    """
     import numpy as np
 
+    rows, _ = load(name, root)
+    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
     groups: dict[tuple[str, str], list[list[float]]] = {}
     for cell, history in histories(name, root).items():
         # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
-        spec, settings = cell.split("__")[2].split("@", 1)
-        groups.setdefault((spec.split("-", 1)[0], protocol_of(settings)), []).append([h[key] for h in history])
+        _, _, loss_spec, seed = cell.split("__")
+        spec, settings = loss_spec.split("@", 1)
+        group = (spec.split("-", 1)[0], protocol_of(settings))
+        if (*group, int(seed.removeprefix("s"))) in listed:
+            groups.setdefault(group, []).append([h[key] for h in history])
     return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
 
 
@@ -361,8 +381,10 @@ def reduction_findings(runs: Any, ece: Mapping[tuple[str, str], Any], nll: Mappi
     ``losses`` names CE and the two calibration losses as ``runs["loss"]`` spells them (the
     last one is BSCE-GRA, Lin et al. (2024)'s method); ``ece`` and ``nll`` are the test
     ECE and NLL curves of :func:`epoch_curves` with the same names, and ``first_drop`` the
-    epoch after which the learning rate first falls. A finding whose cells are not all
-    finished is None.
+    epoch after which the learning rate first falls. A finding is None while one of the
+    (loss, protocol) rows it compares has no seed in ``runs`` (or no curve); otherwise it
+    is tested on the seeds finished so far, which may be fewer than the sweep's three
+    (``n`` of :func:`protocol_table`).
     """
     ce, *cal = losses
     mean = runs.groupby(["loss", "protocol"])[["ece", "ece_ts", "temperature"]].mean()
