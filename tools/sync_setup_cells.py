@@ -130,9 +130,10 @@ def sync(path: pathlib.Path, ref: str | None = None, assignment: str | None = No
     if cell is not None and "".join(cell["source"]).startswith(MARKER):
         if "".join(cell["source"]) == want:
             return False
-        cell["source"] = want
+        cell["source"] = want.splitlines(keepends=True)  # a list of lines, as Jupyter writes it
     else:
-        new = {"cell_type": "code", "execution_count": None, "id": "colab-setup", "metadata": {}, "outputs": [], "source": want}
+        new = {"cell_type": "code", "execution_count": None, "id": "colab-setup", "metadata": {}, "outputs": [],
+               "source": want.splitlines(keepends=True)}
         first_md = next((i for i, c in enumerate(nb["cells"]) if c["cell_type"] == "markdown"), -1)
         nb["cells"].insert(first_md + 1, new)
     path.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
