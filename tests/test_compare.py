@@ -72,7 +72,7 @@ def test_beside_paper_reads_the_papers_numbers_from_the_csv():
         method = compare.paper_method(TABLE1["CE" if m == "CE (TS)" else m])
         (row,) = papers.results(paper="wang2024unbiased", table="1", dataset="cifar10", model="resnet18",
                                 method=method, metric="ece", ts=ts)
-        assert table.loc[(m, "paper, C-10"), "ECE"] == papers._fmt(row["value"], row["std"])
+        assert table.loc[(m, "paper, C-10"), "ECE"] == papers.printed(row)
     assert table.loc[("CE", "paper, C-10"), "ECE"] != table.loc[("CE (TS)", "paper, C-10"), "ECE"]
 
 

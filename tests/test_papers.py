@@ -114,7 +114,7 @@ def test_beside_joins_the_paper_numbers():
     with pytest.raises(ValueError, match="params"):
         papers.beside(ls, paper="wang2024unbiased", metric="ece")
     out = papers.beside(ls, paper="wang2024unbiased", metric="ece", params="epsilon=0.05")
-    assert out["paper_text"][0] == "2.9 ± 0.085"
+    assert out["paper_text"][0] == "2.900 ± 0.085"  # as printed
     with pytest.raises(ValueError, match="missing"):
         papers.beside(pd.DataFrame({"model": ["x"]}), paper="wang2024unbiased")
 

@@ -81,7 +81,7 @@ def test_paper_cell_reads_the_papers_numbers() -> None:
     assert tables.paper_cell("lin2024uncertainty", "ce", ts="pre", **cell) == "4.36"
     assert tables.paper_cell("lin2024uncertainty", "ce", ts="post", **cell) == "1.32"
     with_params = tables.paper_cell("lin2024uncertainty", "dual_focal", ts="pre", show_params=True, **cell)
-    assert with_params == "1 (gamma=5)"
+    assert with_params == "1.00 (gamma=5)"  # as Lin et al. (2024) print it
     assert tables.paper_cell("lin2024uncertainty", "entropy_reg", ts="pre", **cell) == "–"  # not in the table
     assert tables.paper_row("lin2024uncertainty", "ce", ts="pre", **cell)["value"] == pytest.approx(4.36)
     with pytest.raises(TypeError, match="unknown column"):
@@ -94,7 +94,11 @@ def test_paper_cell_prints_the_std_where_the_paper_does() -> None:
     row = next(r for r in papers.results(paper="wang2021rethinking") if r["std"] is not None)
     filters = {k: row[k] for k in ("table", "dataset", "model", "metric", "ts", "params")}
     text = tables.paper_cell("wang2021rethinking", row["method"], **filters)
-    assert text == f"{row['value']:g} ± {row['std']:g}"
+    assert text == f"{row['value_text']} ± {row['std_text']}"
+    assert float(row["value_text"]) == row["value"]
+    # the digits the paper prints, trailing zeros included (Wang et al. (2021): 95.00, not 95)
+    ce = papers.results(paper="wang2021rethinking", dataset="svhn", method="ce", metric="accuracy")[0]
+    assert papers.printed(ce) == "95.00 ± 0.27"
 
 
 def test_loss_coefficient() -> None:

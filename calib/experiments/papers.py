@@ -43,13 +43,12 @@ from __future__ import annotations
 
 import csv
 import functools
-import math
 from importlib import resources
 from typing import Any, Iterable, Mapping
 
 __all__ = [
     "COLUMNS", "PAPERS", "PAPER_MODELS", "PAPER_LOSS_KWARGS", "METHODS", "PAPER_ONLY_DATASETS",
-    "PAPER_ONLY_MODELS", "results", "beside",
+    "PAPER_ONLY_MODELS", "results", "printed", "beside",
 ]
 
 COLUMNS = ("paper", "table", "dataset", "model", "method", "metric", "ts", "value", "std", "temperature",
@@ -153,6 +152,8 @@ def _load() -> tuple[dict[str, Any], ...]:
             raise ValueError(f"paper_results.csv has columns {reader.fieldnames}, expected {list(COLUMNS)}")
         rows = []
         for row in reader:
+            # the number as the paper prints it ("3.00", not 3.0): what tables beside ours show
+            row["value_text"], row["std_text"] = row["value"].strip(), row["std"].strip()
             for key in ("value", "std", "temperature"):
                 row[key] = _float(row[key])
             rows.append(row)
@@ -182,10 +183,12 @@ def results(**filters: str | Iterable[str]) -> list[dict[str, Any]]:
     return [dict(r) for r in rows if all(str(r[k]) in v for k, v in accepted.items())]
 
 
-def _fmt(value: float | None, std: float | None) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
+def printed(row: Mapping[str, Any]) -> str:
+    """A row's number as the paper prints it, digits kept: ``"3.00 ± 0.26"``, ``"4.36"``, or ``""``."""
+    value, std = row.get("value_text", ""), row.get("std_text", "")
+    if not value:
         return ""
-    return f"{value:g}" if std is None else f"{value:g} ± {std:g}"
+    return value if not std else f"{value} ± {std}"
 
 
 def beside(
@@ -227,7 +230,7 @@ def beside(
     rows = results(**filters)
     theirs = pd.DataFrame(
         [{**{k: r[k] for k in keys}, "paper": r["value"], "paper_std": r["std"],
-          "paper_temperature": r["temperature"], "paper_text": _fmt(r["value"], r["std"])} for r in rows],
+          "paper_temperature": r["temperature"], "paper_text": printed(r)} for r in rows],
         columns=[*keys, "paper", "paper_std", "paper_temperature", "paper_text"],
     )
     if theirs.duplicated(keys).any():

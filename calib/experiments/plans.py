@@ -206,7 +206,7 @@ def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any],
 
 def _paper_text(method: str, *, paper: str, **filters: Any) -> str:
     row = paper_row(paper, method, **filters)
-    return SAME if row is None else papers._fmt(row["value"], row["std"])
+    return SAME if row is None else papers.printed(row)
 
 
 def mean_of(results: Mapping[tuple[str, str, str], Any], title: str, method: str, column: str) -> float:

@@ -160,7 +160,7 @@ def paper_cell(paper: str, method: str, *, show_params: bool = False, **filters:
     row = paper_row(paper, method, **filters)
     if row is None:
         return SAME
-    text = papers._fmt(row["value"], row["std"])
+    text = papers.printed(row)
     return text + (f" ({row['params']})" if show_params and row["params"] else "")
 
 
