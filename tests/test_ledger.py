@@ -111,6 +111,10 @@ def test_the_chapters_read_the_ledger_they_were_given():
     for (loss, protocol), group in runs.groupby(["loss", "protocol"]):
         assert table.loc[(loss, protocol), "n"] == len(group)
         assert table.loc[(loss, protocol), "ECE (%)"].startswith(f"{100 * group['ece'].mean():.2f}")
+    last = ledger.last_epoch(root=ROOT)  # the same cells, one row each
+    assert sorted(map(tuple, last[["loss", "protocol", "seed"]].values.tolist())) == sorted(
+        map(tuple, runs[["loss", "protocol", "seed"]].values.tolist()))
+    assert set(ledger.reduction_mechanism(runs, last).values()) <= {True, False, None}
     # a curve's last epoch is the run's final test ECE (the ledger runs keep the last epoch)
     curves = ledger.epoch_curves(root=ROOT)
     for (loss, protocol), values in curves.items():

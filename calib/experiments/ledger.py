@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "LOSS_NAMES"]
+           "PAPER_TABLES", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -414,3 +414,57 @@ def reduction_findings(runs: Any, ece: Mapping[tuple[str, str], Any], nll: Mappi
             f"ends above its value one epoch after the drop"] = (
             None if e is None or n is None else bool(n[-1] > n[first_drop:].min() and e[-1] > e[first_drop]))
     return out
+
+
+def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "classifier_norm", "train_grad_norm"),
+               root: str | os.PathLike | None = None) -> Any:
+    """The last epoch's ``keys`` of each cell of :func:`protocol_runs`, one row per cell.
+
+    Columns ``loss``, ``protocol``, ``seed`` and the keys (NaN where a run did not record
+    one: ``train_grad_norm``, the norm of the gradient before clipping, is recorded only
+    by runs that clip).
+    """
+    import pandas as pd
+
+    rows, _ = load(name, root)
+    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
+    out = []
+    for cell, history in histories(name, root).items():
+        _, _, loss_spec, seed = cell.split("__")
+        spec, settings = loss_spec.split("@", 1)
+        key = (spec.split("-", 1)[0], protocol_of(settings), int(seed.removeprefix("s")))
+        if key in listed:
+            out.append({"loss": key[0], "protocol": key[1], "seed": key[2],
+                        **{k: float(history[-1].get(k, float("nan"))) for k in keys}})
+    return pd.DataFrame(out)
+
+
+def reduction_mechanism(runs: Any, last: Any, loss: str = "ce") -> dict[str, bool | None]:
+    """What the sum changes in training, for one loss: protocol C (mean) against B (sum).
+
+    Tested on every seed of :func:`last_epoch` (``last``) and on the seed means of
+    :func:`protocol_runs` (``runs``); None while a protocol has no seed of ``loss``.
+    """
+    name = LOSS_NAMES.get(loss, loss)
+
+    def seeds(protocol: str, col: str, frame: Any) -> Any:
+        return frame[(frame["loss"] == loss) & (frame["protocol"] == protocol)][col]
+
+    t = {p: seeds(p, "temperature", runs) for p in PROTOCOLS}
+    if any(v.empty for v in t.values()):
+        return dict.fromkeys([f"{name}: the sum moves T over three times as far as the lr and clipping do",
+                              f"{name}: with the sum the last-layer weights end larger, every seed",
+                              f"{name}: with the sum the training loss ends lower, every seed",
+                              f"{name}: with the sum the clipping still binds at the last epoch"])
+    b_norm, c_norm = seeds("B", "classifier_norm", last), seeds("C", "classifier_norm", last)
+    b_loss, c_loss = seeds("B", "train_loss", last), seeds("C", "train_loss", last)
+    return {
+        f"{name}: the sum moves T over three times as far as the lr and clipping do (C - A vs B - C)":
+            bool(abs(t["B"].mean() - t["C"].mean()) > 3 * abs(t["C"].mean() - t["A"].mean())),
+        f"{name}: with the sum the last-layer weights end larger, every seed":
+            bool(b_norm.min() > c_norm.max()),
+        f"{name}: with the sum the training loss ends lower, every seed":
+            bool(b_loss.max() < c_loss.min()),
+        f"{name}: with the sum the clipping still binds at the last epoch (norm > 2, every seed)":
+            bool((seeds("B", "train_grad_norm", last) > 2).all()),
+    }
