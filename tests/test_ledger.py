@@ -145,3 +145,10 @@ def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypa
     prov = ledger.record("tiny", tmp_path, stopped=True)  # what Ctrl+C leaves behind
     assert len(prov["sessions"]) == 2 and "stopped" in prov["sessions"][-1]
     assert json.loads((tmp_path / "tiny" / ledger.PROVENANCE_FILE).read_text()) == prov
+
+
+def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys):
+    assert not ledger.available("reduction", tmp_path)
+    assert "part of the repository" in capsys.readouterr().out
+    if (ROOT / "reduction" / "results.csv").exists():
+        assert ledger.available("reduction", ROOT)

@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+           "PAPER_TABLES", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -285,6 +285,22 @@ def committed_root() -> Path:
     read it from a clone of the repository.
     """
     return Path(__file__).resolve().parents[2] / ROOT
+
+
+def available(name: str, root: str | os.PathLike | None = None) -> bool:
+    """Whether sweep ``name`` has committed rows here; if not, say in one line where they are.
+
+    The ledger is part of the repository, not of the pip package: after ``pip install``
+    (Colab) a chapter's ledger section has nothing to read unless the repository is cloned.
+    """
+    if (_root(root) / _sweep(name).name / RESULTS_FILE).exists():
+        return True
+    import textwrap
+
+    print(textwrap.fill(f"The results ledger ({ROOT}/{name}) is not here: it is part of the "
+                        "repository, not of the pip package. Clone the repository to see this "
+                        "section.", width=80))
+    return False
 
 
 def _root(root: str | os.PathLike | None) -> Path:
