@@ -462,25 +462,22 @@ def reduction_mechanism(runs: Any, last: Any, loss: str = "ce") -> dict[str, boo
     :func:`protocol_runs` (``runs``); None while a protocol has no seed of ``loss``.
     """
     name = LOSS_NAMES.get(loss, loss)
+    texts = (f"{name}: the sum moves T over three times as far as the lr and clipping do (C - A vs B - C)",
+             f"{name}: with the sum the last-layer weights end larger, every seed",
+             f"{name}: with the sum the training loss ends lower, every seed",
+             f"{name}: with the sum the clipping still binds at the last epoch (norm > 2, every seed)")
 
     def seeds(protocol: str, col: str, frame: Any) -> Any:
         return frame[(frame["loss"] == loss) & (frame["protocol"] == protocol)][col]
 
     t = {p: seeds(p, "temperature", runs) for p in PROTOCOLS}
     if any(v.empty for v in t.values()):
-        return dict.fromkeys([f"{name}: the sum moves T over three times as far as the lr and clipping do",
-                              f"{name}: with the sum the last-layer weights end larger, every seed",
-                              f"{name}: with the sum the training loss ends lower, every seed",
-                              f"{name}: with the sum the clipping still binds at the last epoch"])
+        return dict.fromkeys(texts)
     b_norm, c_norm = seeds("B", "classifier_norm", last), seeds("C", "classifier_norm", last)
     b_loss, c_loss = seeds("B", "train_loss", last), seeds("C", "train_loss", last)
-    return {
-        f"{name}: the sum moves T over three times as far as the lr and clipping do (C - A vs B - C)":
-            bool(abs(t["B"].mean() - t["C"].mean()) > 3 * abs(t["C"].mean() - t["A"].mean())),
-        f"{name}: with the sum the last-layer weights end larger, every seed":
-            bool(b_norm.min() > c_norm.max()),
-        f"{name}: with the sum the training loss ends lower, every seed":
-            bool(b_loss.max() < c_loss.min()),
-        f"{name}: with the sum the clipping still binds at the last epoch (norm > 2, every seed)":
-            bool((seeds("B", "train_grad_norm", last) > 2).all()),
-    }
+    return dict(zip(texts, (
+        bool(abs(t["B"].mean() - t["C"].mean()) > 3 * abs(t["C"].mean() - t["A"].mean())),
+        bool(b_norm.min() > c_norm.max()),
+        bool(b_loss.max() < c_loss.min()),
+        bool((seeds("B", "train_grad_norm", last) > 2).all()),
+    )))
