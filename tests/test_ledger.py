@@ -149,6 +149,6 @@ def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypa
 
 def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys):
     assert not ledger.available("reduction", tmp_path)
-    assert "part of the repository" in capsys.readouterr().out
+    assert "not of the pip package" in capsys.readouterr().out
     if (ROOT / "reduction" / "results.csv").exists():
         assert ledger.available("reduction", ROOT)
