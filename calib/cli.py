@@ -108,6 +108,8 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
                    help="training examples held out for validation/temperature scaling (preset: 5000 CIFAR)")
     g.add_argument("--train-size", type=_positive(int), default=None,
                    help="train on this many training examples, class-balanced, chosen by --split-seed (default: all)")
+    g.add_argument("--test-size", type=_positive(int), default=None,
+                   help="evaluate on this many test examples, class-balanced, chosen by --split-seed (default: all)")
     g.add_argument("--split-seed", type=int, default=0, help="seed of the train/val split")
     model_help = ("model name from calib.models.names(); resnet110 is He et al.'s 1.7M-parameter CIFAR net "
                   "(Wang et al. (2021)), resnet110_bottleneck the 45.9M-parameter net behind the ResNet-110 "
@@ -300,7 +302,7 @@ def cmd_fake_data(args: argparse.Namespace) -> int:
 
 
 _SCHEDULE = ("epochs", "milestones", "gamma_lr", "batch_size", "lr", "momentum", "weight_decay", "optimizer",
-             "val_size", "train_size", "clip_grad", "loss_reduction", "ts_method", "ts_grid_step", "select")
+             "val_size", "train_size", "test_size", "clip_grad", "loss_reduction", "ts_method", "ts_grid_step", "select")
 
 
 def training_overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -282,13 +282,16 @@ def test_trainer_on_fashion_mnist_with_train_size(isolated):
 
     fake.write_fashion_mnist(isolated, n_train=80, n_test=20)
     cfg = TrainConfig(data="fashion_mnist", model="cnn5", model_kwargs={"width": 4}, data_root=str(isolated),
-                      val_size=20, train_size=30, epochs=1, milestones=(), batch_size=10, lr=0.05, progress=False)
+                      val_size=20, train_size=30, test_size=10, epochs=1, milestones=(), batch_size=10, lr=0.05,
+                      progress=False)
     trainer = Trainer(cfg)
     assert trainer.data.train_x.shape == (30, 1, 28, 28) and not trainer.augment
+    assert trainer.data.test_x.shape[0] == 10 and torch.bincount(trainer.data.test_y).max() <= 1
     metrics = trainer.fit()
     assert 0 <= metrics["pre_ts"]["accuracy"] <= 1 and np.isfinite(metrics["pre_ts"]["nll"])
-    with pytest.raises(ValueError, match="train_size"):
-        TrainConfig(train_size=0)
+    for name in ("train_size", "test_size"):
+        with pytest.raises(ValueError, match=name):
+            TrainConfig(**{name: 0})
 
 
 def test_sweep_loads_the_train_size_subset(isolated):
@@ -298,4 +301,6 @@ def test_sweep_loads_the_train_size_subset(isolated):
     fake.write_fashion_mnist(isolated, n_train=80, n_test=20)
     base = dict(data="fashion_mnist", model="cnn5", data_root=str(isolated), val_size=20, epochs=1, milestones=())
     assert sweep._data_for(TrainConfig(**base, train_size=30)).train_x.shape[0] == 30
+    assert sweep._data_for(TrainConfig(**base, test_size=10)).test_x.shape[0] == 10
+    assert sweep._data_for(TrainConfig(**base)).test_x.shape[0] == 20  # a different split size, not the cache
     assert sweep._data_for(TrainConfig(**base)).train_x.shape[0] == 60      # cached apart

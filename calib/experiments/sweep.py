@@ -60,6 +60,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..train import rundir
+from ..train.config import SPLIT_SIZES
 from .grid import _GRID_FIELDS, Cell, SweepError, format_loss_kwargs, grid_cells, parse_loss, parse_method, parse_shard
 from .results import (
     METRICS,
@@ -233,9 +234,9 @@ def _data_for(cfg: Any) -> Any:
     """``calib.data.load`` once per process for each (data, root, split) triple."""
     from .. import data as cdata
 
-    key = (cfg.data, cfg.data_root, cfg.split_seed, cfg.val_size, cfg.train_size, cfg.download)
+    kw = {k: getattr(cfg, k) for k in SPLIT_SIZES if getattr(cfg, k) is not None}
+    key = (cfg.data, cfg.data_root, cfg.split_seed, cfg.download, *sorted(kw.items()))
     if key not in _DATA_CACHE:
-        kw = {k: getattr(cfg, k) for k in ("val_size", "train_size") if getattr(cfg, k) is not None}
         if len(_DATA_CACHE) >= 4:
             _DATA_CACHE.pop(next(iter(_DATA_CACHE)))
         _DATA_CACHE[key] = cdata.load(cfg.data, cfg.data_root, split_seed=cfg.split_seed,
@@ -392,7 +393,7 @@ def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
     """A short text: how many runs and epochs, and the protocol of the cells (from their configs)."""
     cfgs = [cfg for _, cfg in planned]
     keys = ("profile", "preset", "epochs", "milestones", "lr", "batch_size", "weight_decay", "val_size",
-            "train_size", "select", "ts_method", "ts_grid_step", "clip_grad", "loss_reduction")
+            "train_size", "test_size", "select", "ts_method", "ts_grid_step", "clip_grad", "loss_reduction")
     lines = [f"{len(planned)} runs, {sum(c.epochs for c in cfgs)} epochs in all"]
     for k in keys:
         values = list(dict.fromkeys(json.dumps(getattr(c, k)) for c in cfgs))

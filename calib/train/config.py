@@ -44,6 +44,8 @@ _TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
 # fast it runs, not what it computes.
+# The split sizes a config passes to calib.data.load (None: the loader's default).
+SPLIT_SIZES = ("val_size", "train_size", "test_size")
 _RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync",
                    "checkpoint_every")
 
@@ -58,7 +60,8 @@ class TrainConfig:
     batch 128, lr ÷10 at 150 and 250 of 350 epochs). Use :meth:`from_preset` to get it scaled
     to a profile. ``batch_size`` is the global batch (split across ranks under DDP).
     ``val_size=None`` keeps the data loader's default split; ``train_size`` trains on a
-    class-balanced seeded subset of the training split (``calib.data.load``). ``augment=None`` turns random
+    class-balanced seeded subset of the training split and ``test_size`` evaluates on one of
+    the test split (``calib.data.load``). ``augment=None`` turns random
     crop + flip on for CIFAR-10/100 and Tiny-ImageNet only. ``amp``: "off", "auto" (bf16
     where supported, else fp16), "bf16" or "fp16"; AMP applies on CUDA only and the loss is
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
@@ -119,6 +122,7 @@ class TrainConfig:
     seed: int = 0
     val_size: int | None = None
     train_size: int | None = None
+    test_size: int | None = None
     split_seed: int = 0
     data_root: str = "data"
     download: bool = False
@@ -158,7 +162,7 @@ class TrainConfig:
             check_positive_int(getattr(self, name), name)
         check_positive_int(self.seed, "seed", minimum=0)
         check_positive_int(self.split_seed, "split_seed", minimum=0)
-        for name in ("val_size", "train_size"):
+        for name in SPLIT_SIZES:
             if getattr(self, name) is not None:
                 check_positive_int(getattr(self, name), name, minimum=1)
         for name in ("lr", "momentum", "weight_decay", "gamma_lr"):

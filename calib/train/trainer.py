@@ -50,7 +50,7 @@ from .._checks import check_labels
 from ..data.splits import smoke_subset
 from . import checkpoint, distributed
 from .checkpoint import CheckpointError, load_checkpoint, seed_everything
-from .config import AUGMENTED, SELECT_MODES, TrainConfig, load_config, smoke_config
+from .config import AUGMENTED, SELECT_MODES, SPLIT_SIZES, TrainConfig, load_config, smoke_config
 from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
 from .progress import (
     _FINITE_CHECK_EVERY,
@@ -179,7 +179,7 @@ class Trainer:
         from .. import data as cdata
 
         kw: dict[str, Any] = {}
-        for name in ("val_size", "train_size"):
+        for name in SPLIT_SIZES:
             if getattr(self.config, name) is not None:
                 kw[name] = getattr(self.config, name)
         return cdata.load(self.config.data, self.config.data_root, split_seed=self.config.split_seed,
