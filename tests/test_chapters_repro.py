@@ -1,11 +1,17 @@
 """Checks for the logic chapters 9-11 rely on (the reproductions part of the book)."""
 from __future__ import annotations
 
+import tempfile
+
 import numpy as np
 import pytest
 import torch
 
 from calib import data as cdata
+from calib.data.idx import find_fashion_mnist
+
+# the real files where calib.data looks for them (the Debian package's folder among them)
+FASHION_MNIST = find_fashion_mnist("data") is not None
 
 
 def test_gaussian_overlap_is_a_named_offline_dataset() -> None:
@@ -106,18 +112,18 @@ def test_grouped_histograms_draws_an_empty_panel() -> None:
     assert any(t.get_text() == "no samples" for t in fig.axes[0].texts)
 
 
+@pytest.mark.skipif(not FASHION_MNIST, reason="Fashion-MNIST not installed (make fashion-mnist)")
 def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:
-    """The quick setting of chapters 9-11: CE fits the 540 points and its test confidence
-    runs far ahead of its accuracy (the regime the chapters' comparisons need)."""
-    from calib.train import TrainConfig, train
+    """presets.QUICK_REAL, the real-image case of chapters 9-11: CE fits its 1,000
+    Fashion-MNIST images and ends over-confident, as the papers' CIFAR networks do (the
+    regime the chapters' comparisons need); focal loss (gamma = 3) does not."""
+    from calib.experiments import sweep as sw
+    from calib.train import presets
 
     torch.set_num_threads(1)
-    cfg = TrainConfig(data="gaussian_overlap", model="mlp", model_kwargs={"hidden": [128, 128]},
-                      epochs=40, milestones=(17, 28), batch_size=64, lr=0.05, weight_decay=0.0,
-                      clip_grad=2.0, seed=0, progress=False)
-    trainer = train(cfg)
-    logits, labels = trainer.predict("test")
-    conf = torch.softmax(logits.double(), 1).max(1).values
-    acc = float((logits.argmax(1) == labels).double().mean())
-    assert trainer.history[-1]["train_acc"] > 0.99
-    assert float(conf.mean()) - acc > 0.10
+    res = sw.sweep(tempfile.mkdtemp(prefix="calib-test-quick-"), losses=["ce", "focal:gamma=3"],
+                   seeds=[0], progress=False, fsync=False, **presets.QUICK_REAL)
+    ce, focal = (res.to_frame().set_index("loss").loc[name] for name in ("ce", "focal"))
+    assert 0.75 < ce["accuracy"] < 0.9 and abs(focal["accuracy"] - ce["accuracy"]) < 0.03
+    assert ce["temperature"] > 1.8 and ce["ece"] > 0.08
+    assert focal["ece"] < ce["ece"] / 3 and 0.8 < focal["temperature"] < 1.3
