@@ -11,7 +11,7 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup lab ledger book assignments test test-unit test-notebooks test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
+.PHONY: all setup lab ledger book book-html assignments test test-unit test-notebooks test-notebooks-and-book test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
 
 all: setup
 
@@ -47,23 +47,38 @@ assignments: $(STAMP)
 # THREADS=1 pins each process to one core, so two executors can share the machine.
 LIMIT := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS))
 
+# The build executes each chapter unless jupyter-cache (_build/.jupyter_cache, keyed by the
+# hash of a chapter's code cells) holds its run: `make book` empties it, so a reader's
+# build always runs the chapters against the calib of the checkout.
+NB_CACHE := _build/.jupyter_cache
+
 book: $(STAMP) fashion-mnist
+	rm -rf $(HTML) $(NB_CACHE)
+	$(MAKE) --no-print-directory book-html
+
+book-html: $(STAMP) fashion-mnist
 	rm -rf $(HTML)
 	$(LIMIT) $(BIN)/jupyter-book build . --builder html -W --keep-going
 	@echo "book: open $(HTML)/index.html"
 
-# Unit tests first (fast failures), then four chapter executors two at a time, one core
-# each (nbval over book/ at the quick profile, the book build, and the colab and paper
-# smoke passes), then the built-book check.
+# Unit tests first (fast failures); then, one core each, nbval over book/ at the quick
+# profile followed by the book build from nbval's run (book/conftest.py stores each passed
+# chapter in $(NB_CACHE), so no chapter executes twice) beside the colab and paper smoke
+# passes; then the built-book check.
 test: fashion-mnist test-unit chromium
-	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks book test-colab-colab test-colab-paper
+	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks-and-book test-colab
 	$(MAKE) --no-print-directory test-browser-only
+
+test-notebooks-and-book: $(STAMP) fashion-mnist
+	rm -rf $(NB_CACHE)
+	$(MAKE) --no-print-directory test-notebooks CALIB_NB_CACHE=$(abspath $(NB_CACHE))
+	$(MAKE) --no-print-directory book-html
 
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not browser" --durations=10 tests
 
 test-notebooks: $(STAMP) fashion-mnist
-	$(LIMIT) $(BIN)/python -m pytest -q --nbval-lax book
+	$(LIMIT) $(if $(CALIB_NB_CACHE),CALIB_NB_CACHE=$(CALIB_NB_CACHE)) $(BIN)/python -m pytest -q --nbval-lax book
 
 # The GPU profiles' code paths on a CPU: CALIB_SMOKE=1 caps the work (calib.profile.smoke,
 # calib.train.smoke_config) and CALIB_DATA points the loaders at tiny synthetic datasets in
@@ -76,8 +91,10 @@ $(FAKE_DATA)/.done: $(STAMP) calib/data/fake.py
 	$(BIN)/python -m calib fake-data $(FAKE_DATA)
 	touch $@
 
+# The two smoke passes one after the other (in `make test` they share a core with nbval).
 test-colab: $(STAMP)
-	$(MAKE) --no-print-directory -j2 THREADS=1 test-colab-colab test-colab-paper
+	$(MAKE) --no-print-directory test-colab-colab
+	$(MAKE) --no-print-directory test-colab-paper
 
 test-colab-colab test-colab-paper: test-colab-%: $(STAMP) $(FAKE_DATA)/.done
 	$(LIMIT) $(SMOKE) CALIB_PROFILE=$* $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax book

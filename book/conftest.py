@@ -1,7 +1,58 @@
-"""nbval over book/ executes the chapters only.
+"""nbval over book/ executes the chapters only, and can hand its run to the book build.
 
 The coursework is checked by tests/test_assignments.py instead: the masters in
 assignments/ are otter-grader sources, and the student notebooks in coursework/ have
 blanks (``...``) by design.
+
+With ``CALIB_NB_CACHE=<folder>`` set, every notebook whose cells all passed is stored,
+with the outputs nbval received from the kernel, in that jupyter-cache folder (the one
+the book build reads with ``execute_notebooks: cache``, ``_build/.jupyter_cache``). The
+cache is keyed by the hash of the code cells, so the build shows exactly the run nbval
+checked and executes only what is not there. ``make test`` uses it so that CI runs each
+chapter once at the quick profile, not twice.
 """
+from __future__ import annotations
+
+import copy
+import os
+
 collect_ignore = ["assignments", "coursework"]
+
+_FAILED: set[str] = set()
+
+
+def pytest_runtest_logreport(report) -> None:
+    if report.failed:
+        _FAILED.add(report.nodeid.split("::")[0])
+
+
+def _executed(notebook_file, cells) -> object:
+    """The file's notebook with each code cell's outputs as nbval received them."""
+    nb = copy.deepcopy(notebook_file.nb)
+    code = [cell for cell in nb.cells if cell.cell_type == "code"]
+    for count, (cell, item) in enumerate(zip(code, cells), start=1):
+        cell.outputs = item.test_outputs
+        cell.execution_count = count
+    return nb
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    folder = os.environ.get("CALIB_NB_CACHE")
+    if not folder:
+        return
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+    from nbval.plugin import IPyNbCell
+
+    files: dict = {}
+    for item in session.items:
+        if isinstance(item, IPyNbCell):
+            files.setdefault(item.parent, []).append(item)
+    cache = get_cache(folder)
+    for notebook_file, cells in files.items():
+        ran = all(item.test_outputs is not None for item in cells)
+        if not ran or notebook_file.nodeid in _FAILED:
+            continue
+        bundle = CacheBundleIn(_executed(notebook_file, cells), str(notebook_file.path))
+        cache.cache_notebook_bundle(bundle, check_validity=False, overwrite=True)
+        print(f"nbval: cached {notebook_file.path.name} for the book build")

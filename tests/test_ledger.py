@@ -134,6 +134,32 @@ def test_paper_table_sweeps_train_every_method_the_plans_would():
         assert list(specs) == list(dict.fromkeys(r.spec for r in planned)), name
 
 
+def test_paper_runs_key_the_ledger_rows_like_the_chapters_results(tmp_path):
+    import csv
+
+    import pandas as pd
+
+    from calib.experiments import plans
+
+    table = plans.paper_table("Lin et al. (2024) Table 1", paper="lin2024uncertainty", preset="lin2024",
+                              net=("cifar", "ResNet-50"))
+    planned, _ = plans.plan_runs([table])
+    rows = [dict(loss=loss, loss_kwargs=kw, seed=seed, ece=0.05 + seed / 100, ece_ts_grid=0.01)
+            for loss, kw in (("ce", ""), ("mmce", "normalization=code")) for seed in (0, 1, 2)]
+    (tmp_path / "lin2024_t1").mkdir()
+    with open(tmp_path / "lin2024_t1" / "results.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+    got = ledger.paper_runs("lin2024_t1", planned, tmp_path)
+    assert {key[1] for key in got} == {"ce", "mmce"} and all(len(v) == 3 for v in got.values())
+    frame = plans.beside_paper(table, got, ours="ledger", missing="not yet")
+    assert frame.loc["ce", "ECE % (ours)"].startswith("6.00") and frame.loc["bsce_gra", "ECE % (ours)"] == "not yet"
+    assert isinstance(frame, pd.DataFrame)
+    with pytest.raises(ValueError, match="not a paper-table sweep"):
+        ledger.paper_runs("reduction", planned, tmp_path)
+
+
 def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypatch):
     tiny = ledger.LedgerSweep("tiny", "a one-epoch test sweep",
                               ("--data", "digits", "--model", "mlp", "--epochs", "1", "--no-progress",

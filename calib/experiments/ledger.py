@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+           "PAPER_TABLES", "paper_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -301,6 +301,27 @@ def available(name: str, root: str | os.PathLike | None = None) -> bool:
                         "repository, not of the pip package. Clone the repository to see this "
                         "section.", width=80))
     return False
+
+
+def paper_runs(name: str, plan: Any, root: str | os.PathLike | None = None) -> dict[tuple[str, str, str], Any]:
+    """The committed runs of a paper-table sweep, keyed like a chapter's own results.
+
+    ``name`` is a key of :data:`PAPER_TABLES`; ``plan`` the chapter's
+    :class:`calib.experiments.plans.PlannedRun` list. Returns ``{run.key: DataFrame}`` for
+    every planned run of that table whose spec has rows in ``results.csv`` (a method the
+    ledger has not reached yet is absent, so :func:`calib.experiments.plans.beside_paper`
+    prints it as "not run").
+    """
+    import pandas as pd
+
+    from .tables import runs_of
+
+    if name not in PAPER_TABLES:
+        raise ValueError(f"{name!r} is not a paper-table sweep; those are: {', '.join(PAPER_TABLES)}")
+    frame = pd.DataFrame(load(name, root)[0])
+    title = PAPER_TABLES[name][1]
+    found = {r.key: runs_of(frame, r.spec) for r in plan if r.table == title}
+    return {key: runs for key, runs in found.items() if len(runs)}
 
 
 def _root(root: str | os.PathLike | None) -> Path:

@@ -179,11 +179,12 @@ def _label(method: str, params: str) -> str:
     return f"{method} ({params})" if params else method
 
 
-def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any], *, ours: str) -> Any:
+def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any], *, ours: str,
+                 missing: str = "not run") -> Any:
     """Our ECE (mean ± std over seeds, in %) before and after TS beside the paper's, per method.
 
     ``results`` maps :attr:`PlannedRun.key` to that method's runs; a method without runs
-    reads "not run", a paper cell it lacks "–". ``ours`` names our data and profile in
+    reads ``missing``, a paper cell it lacks "–". ``ours`` names our data and profile in
     the index heading.
     """
     import pandas as pd
@@ -194,9 +195,9 @@ def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any],
         cell = dict(paper=table.paper, table=table.table, dataset=table.dataset, model=table.model,
                     params=params, metric="ece")
         out[_label(method, params)] = {
-            "ECE % (ours)": "not run" if runs is None else mean_std(runs["ece"]),
+            "ECE % (ours)": missing if runs is None else mean_std(runs["ece"]),
             "ECE % (paper)": _paper_text(method, ts="pre", **cell),
-            "after TS % (ours)": "not run" if runs is None else mean_std(runs[table.post_column]),
+            "after TS % (ours)": missing if runs is None else mean_std(runs[table.post_column]),
             "after TS % (paper)": _paper_text(method, ts="post", **cell),
         }
     frame = pd.DataFrame(out).T
