@@ -174,7 +174,10 @@ def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypa
 
 
 def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys):
-    assert not ledger.available("reduction", tmp_path)
+    assert not ledger.available("reduction", tmp_path / "absent")
     assert "not of the pip package" in capsys.readouterr().out
+    assert not ledger.available("bench", tmp_path)  # a clone that has not run this sweep
+    out = capsys.readouterr().out
+    assert "no rows of the sweep 'bench' yet (39 cells)" in out and "LEDGER=bench" in " ".join(out.split())
     if (ROOT / "reduction" / "results.csv").exists():
         assert ledger.available("reduction", ROOT)

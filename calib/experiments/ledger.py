@@ -293,13 +293,18 @@ def available(name: str, root: str | os.PathLike | None = None) -> bool:
     The ledger is part of the repository, not of the pip package: after ``pip install``
     (Colab) a chapter's ledger section has nothing to read unless the repository is cloned.
     """
-    if (_root(root) / _sweep(name).name / RESULTS_FILE).exists():
+    folder = _root(root)
+    if (folder / _sweep(name).name / RESULTS_FILE).exists():
         return True
     import textwrap
 
-    print(textwrap.fill(f"The results ledger ({ROOT}/{name}) is not here: it is part of the "
-                        "repository, not of the pip package. Clone the repository to see this "
-                        "section.", width=80))
+    if folder.is_dir():  # a clone whose ledger does not hold this sweep yet
+        text = (f"The results ledger has no rows of the sweep {name!r} yet "
+                f"({_sweep(name).n_cells} cells): {refresh_command(name)} runs it.")
+    else:
+        text = (f"The results ledger ({ROOT}/{name}) is not here: it is part of the "
+                "repository, not of the pip package. Clone the repository to see this section.")
+    print(textwrap.fill(text, width=80))
     return False
 
 
