@@ -144,7 +144,8 @@ def test_paper_runs_key_the_ledger_rows_like_the_chapters_results(tmp_path):
     table = plans.paper_table("Lin et al. (2024) Table 1", paper="lin2024uncertainty", preset="lin2024",
                               net=("cifar", "ResNet-50"))
     planned, _ = plans.plan_runs([table])
-    rows = [dict(loss=loss, loss_kwargs=kw, seed=seed, ece=0.05 + seed / 100, ece_ts_grid=0.01)
+    rows = [dict(loss=loss, loss_kwargs=kw, seed=seed, ece=0.05 + seed / 100, ece_ts_grid=0.01, ece_ts=0.02,
+                 accuracy=0.9, temperature=1.5)
             for loss, kw in (("ce", ""), ("mmce", "normalization=code")) for seed in (0, 1, 2)]
     (tmp_path / "lin2024_t1").mkdir()
     with open(tmp_path / "lin2024_t1" / "results.csv", "w", newline="") as f:
@@ -158,6 +159,10 @@ def test_paper_runs_key_the_ledger_rows_like_the_chapters_results(tmp_path):
     assert isinstance(frame, pd.DataFrame)
     with pytest.raises(ValueError, match="not a paper-table sweep"):
         ledger.paper_runs("reduction", planned, tmp_path)
+    summary = ledger.method_table("lin2024_t1", {"CE": "ce", "MMCE": "mmce:normalization=code", "focal": "focal"},
+                                  tmp_path)
+    assert summary["n"].tolist() == [3, 3, 0] and summary.loc["CE", "ECE (%)"] == "6.00 ± 1.00"
+    assert summary.loc["MMCE", "T"] == "1.50 ± 0.00" and summary.loc["focal", "ECE (%)"] == ""
 
 
 def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypatch):

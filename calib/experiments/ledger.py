@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "paper_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+           "PAPER_TABLES", "paper_runs", "method_table", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -327,6 +327,27 @@ def paper_runs(name: str, plan: Any, root: str | os.PathLike | None = None) -> d
     title = PAPER_TABLES[name][1]
     found = {r.key: runs_of(frame, r.spec) for r in plan if r.table == title}
     return {key: runs for key, runs in found.items() if len(runs)}
+
+
+def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None = None) -> Any:
+    """``mean ± std`` over the seeds of a sweep's committed rows, one row per method.
+
+    ``methods`` is ``{label: loss spec}`` as a chapter names its losses; a method the
+    ledger has not reached yet gets ``n`` = 0 and empty cells. Columns as in
+    :func:`protocol_table`: ``n``, the accuracy and the ECE before and after temperature
+    scaling (the sweep's own T fit) in percent, and ``T``.
+    """
+    import pandas as pd
+
+    from .tables import mean_std, runs_of
+
+    frame = pd.DataFrame(load(name, root)[0])
+    rows = {}
+    for label, spec in methods.items():
+        runs = runs_of(frame, spec)
+        rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else ""
+                                          for col, head, scale in _TABLE_COLUMNS}}
+    return pd.DataFrame(rows).T.rename_axis(f"ledger: {name}")
 
 
 def _root(root: str | os.PathLike | None) -> Path:
