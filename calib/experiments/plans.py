@@ -8,7 +8,7 @@ From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
                             preset="lin2024", net=("cifar", "ResNet-50"))
     runs, notes = plans.plan_runs([lin])     # one PlannedRun per method calib trains
     print(plans.sweep_command(lin, runs, "paper"))  # python -m calib sweep ...
-    plans.beside_paper(lin, results, ours="gaussian_overlap (quick)")   # DataFrame
+    plans.beside_paper(lin, results, ours="fashion_mnist/mlp (quick)")  # DataFrame
 
 ``results`` maps a run's :attr:`PlannedRun.key` to its rows (one per seed), e.g. from
 :func:`calib.experiments.tables.runs_of`.
