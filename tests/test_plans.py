@@ -143,3 +143,37 @@ def test_beside_paper_against_ce_and_mean_of(lin) -> None:
     assert list(order.index) == ["mmce", "bsce_gra"]  # the paper's order; CE and unrun methods left out
     assert order.loc["bsce_gra", "same ordering"] == "yes"
     assert order.loc["mmce", "paper: below CE"] == "no" and order.loc["mmce", "same ordering"] == "NO"
+    assert order.loc["bsce_gra", "seeds below CE"] == "2 of 2"
+
+
+def test_against_ce_counts_seeds_and_per_seed_lists_them(lin) -> None:
+    results = {(lin.title, "ce", ""): _runs([0.05, 0.07, 0.06]),
+               (lin.title, "bsce_gra", ""): _runs([0.04, 0.08, 0.01])}
+    order = plans.against_ce(lin, results)
+    assert order.loc["bsce_gra", "ours: below CE"] == "yes"  # on the means
+    assert order.loc["bsce_gra", "seeds below CE"] == "2 of 3"  # seed 1 is above
+    table = plans.per_seed(results, lin.title, "ece")
+    assert list(table.index) == ["ce", "bsce_gra"] and list(table.columns) == [0, 1, 2]
+    assert table.loc["bsce_gra", 1] == pytest.approx(0.08)
+    assert plans.per_seed(results, "another table", "ece").empty
+    results[(lin.title, "focal", "gamma=3")] = _runs([0.02, 0.03, 0.04])
+    results[(lin.title, "focal", "gamma=1")] = _runs([0.03, 0.04, 0.05])
+    table = plans.per_seed(results, lin.title, "ece")  # one row per (method, params)
+    assert table.loc["focal (gamma=1)", 2] == pytest.approx(0.05) and len(table) == 4
+
+
+def test_shared_sweeps_train_a_protocol_once(lin, wang) -> None:
+    muk = plans.paper_table("Mukhoti et al. (2020) Table 1", paper="mukhoti2020focal",
+                            preset="mukhoti2020", net=("cifar", "ResNet-50"))
+    runs, _ = plans.plan_runs([lin, muk, wang])
+    sweeps = plans.shared_sweeps([lin, muk, wang], runs, seeds=[0, 1, 2], model="mlp")
+    assert list(sweeps) == ["lin2024", "wang2024"]  # Mukhoti et al.'s preset is Lin et al.'s protocol
+    preset, model, shared = sweeps["lin2024"]
+    assert preset == "lin2024" and model == "mlp"
+    assert {r.table for r in shared} == {lin.title, muk.title}
+    assert len(shared) == len([r for r in runs if r.table != wang.title])
+    # "paper" seeds differ (Lin et al. state theirs, Mukhoti et al. do not): three sweeps,
+    # each on the table's own network
+    sweeps = plans.shared_sweeps([lin, muk, wang], runs)
+    assert list(sweeps) == ["lin2024", "mukhoti2020", "wang2024"]
+    assert sweeps["wang2024"][1] == wang.model

@@ -88,6 +88,9 @@ def test_smoke_config_keeps_the_code_path_and_cuts_the_work(monkeypatch):
     for field in ("model", "loss", "loss_kwargs", "amp", "channels_last", "optimizer", "lr", "data"):
         assert getattr(small, field) == getattr(cfg, field)
     assert smoke_config(TrainConfig(epochs=5, milestones=())).milestones == ()
+    # the checkpoint is still written, once, at the last epoch, without fsync
+    assert (small.checkpoint_every, small.fsync) == (2, False) and small.identity() == {
+        **cfg.identity(), "epochs": 2, "milestones": [1], "batch_size": profile.SMOKE_CAPS["batch_size"]}
 
 
 def test_trainer_in_smoke_mode_runs_a_few_steps(smoke_on, tmp_path):

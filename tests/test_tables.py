@@ -108,3 +108,45 @@ def test_loss_coefficient() -> None:
     assert tables.loss_coefficient("ce", math.nan) == 0.0  # an empty CSV cell read by pandas
     with pytest.raises(ValueError, match="keywords"):
         tables.loss_coefficient("bsce_gra", "gamma=4,norm=2")
+
+
+def test_paper_t_tests_recompute_the_marks_from_the_printed_means_and_stds() -> None:
+    from calib.experiments import papers
+
+    where = dict(table="2", dataset="cifar10", model="resnet32")
+    methods = {"CE": "ce", "LS": "label_smoothing", "focal": "focal"}
+    columns = {"after TS": {"metric": "ece", "ts": "post"}, "after HB": {"metric": "ece_hb", "ts": ""}}
+    out = tables.paper_t_tests("wang2021rethinking", baseline="CE", methods=methods, columns=columns,
+                               n=5, **where)
+    assert list(out.index) == ["LS", "focal"]
+    assert list(out.columns) == ["after TS: vs CE", "after TS: p", "after HB: vs CE", "after HB: p"]
+
+    def row(method: str, **cell: str) -> dict:
+        return papers.results(paper="wang2021rethinking", method=method, **where, **cell)[0]
+
+    for label, metric, ts, name in [("LS", "ece_hb", "", "after HB"), ("focal", "ece", "post", "after TS")]:
+        a, b = row(methods[label], metric=metric, ts=ts), row("ce", metric=metric, ts=ts)
+        p = stats.ttest_ind_from_stats(a["value"], a["std"], 5, b["value"], b["std"], 5).pvalue
+        assert out.loc[label, f"{name}: p"] == f"{p:.3f}"
+        # a higher mean than CE's: filled when significant, hollow when not
+        assert out.loc[label, f"{name}: vs CE"] == ("▲" if p < 0.05 else "△")
+    # the same numbers as n = 5 runs with those means and sample stds give the same p
+    rng = np.random.default_rng(0)
+    samples = {}
+    for label in ("LS", "CE"):
+        r = row(methods[label], metric="ece_hb", ts="")
+        z = rng.standard_normal(5)
+        samples[label] = r["value"] + r["std"] * (z - z.mean()) / z.std(ddof=1)
+    p = stats.ttest_ind(samples["LS"], samples["CE"]).pvalue
+    assert out.loc["LS", "after HB: p"] == f"{p:.3f}"
+    lower = tables.paper_t_tests("wang2021rethinking", baseline="LS", methods=methods, columns=columns,
+                                 n=5, alpha=1e-12, **where)
+    assert set(lower["after TS: vs LS"]) <= {"▽", "△"}  # nothing significant at that level
+    assert lower.loc["CE", "after TS: vs LS"] == "▽"  # CE's mean is the lower
+    with pytest.raises(ValueError, match="baseline"):
+        tables.paper_t_tests("wang2021rethinking", baseline="L1", methods=methods, columns=columns, n=5)
+    with pytest.raises(ValueError, match="n must be"):
+        tables.paper_t_tests("wang2021rethinking", baseline="CE", methods=methods, columns=columns, n=1)
+    with pytest.raises(ValueError, match="no mean ± std"):
+        tables.paper_t_tests("wang2021rethinking", baseline="CE", methods={"CE": "ce", "x": "brier"},
+                             columns=columns, n=5, **where)

@@ -97,7 +97,7 @@ PAPER_TABLES = {
 _WANG2021 = ("ce", "label_smoothing:epsilon=0.05", "logit_norm:alpha=0.05", "focal:gamma=3",
              "inverse_focal:gamma=1", "inverse_focal:gamma=2")
 _BENCH = ("ce", *(f"label_smoothing:epsilon={c}" for c in (0.01, 0.05, 0.09)),
-          *(f"logit_norm:alpha={c}" for c in (0.001, 0.01, 0.1)),
+          *(f"logit_norm:alpha={c}" for c in (0.01, 0.05, 0.1)),
           *(f"entropy_reg:alpha={c}" for c in (0.1, 0.3, 0.5)), *(f"focal:gamma={c}" for c in (1.0, 3.0, 5.0)))
 
 SWEEPS: dict[str, LedgerSweep] = {

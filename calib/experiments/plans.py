@@ -8,7 +8,7 @@ From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
                             preset="lin2024", net=("cifar", "ResNet-50"))
     runs, notes = plans.plan_runs([lin])     # one PlannedRun per method calib trains
     print(plans.sweep_command(lin, runs, "paper"))  # python -m calib sweep ...
-    plans.beside_paper(lin, results, ours="gaussian_overlap (quick)")   # DataFrame
+    plans.beside_paper(lin, results, ours="fashion_mnist/mlp (quick)")  # DataFrame
 
 ``results`` maps a run's :attr:`PlannedRun.key` to its rows (one per seed), e.g. from
 :func:`calib.experiments.tables.runs_of`.
@@ -25,8 +25,8 @@ from . import papers
 from .grid import format_loss_kwargs, parse_loss
 from .tables import SAME, mean_std, paper_row
 
-__all__ = ["PaperTable", "PlannedRun", "paper_table", "loss_spec", "plan_runs", "seeds_for", "beside_paper",
-           "mean_of", "against_ce", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
+__all__ = ["PaperTable", "PlannedRun", "paper_table", "loss_spec", "plan_runs", "seeds_for", "shared_sweeps",
+           "beside_paper", "mean_of", "per_seed", "against_ce", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
 
 FALLBACK_SEEDS = (0, 1, 2)
 """Seeds of a table whose paper states none (Mukhoti et al. 2020)."""
@@ -175,6 +175,34 @@ def seeds_for(preset: str, seeds: Any = "paper") -> Any:
     return seeds
 
 
+def shared_sweeps(tables: Sequence[PaperTable], runs: Sequence[PlannedRun], seeds: Any = "paper",
+                  model: str | None = None) -> dict[str, tuple[str, str, list[PlannedRun]]]:
+    """The sweeps that train ``runs``: one per protocol, shared by the tables that set it.
+
+    Tables whose presets hold the same settings (:data:`calib.train.presets.PRESETS`: Lin
+    et al. (2024) and Mukhoti et al. (2020) do), with the same seeds (:func:`seeds_for`) and
+    network, share one sweep, so a method both list (CE, Brier, MMCE) trains once; each
+    :class:`PlannedRun` keeps its own table's key. ``model`` is the network of every sweep,
+    or None for each table's own (:attr:`PaperTable.model`).
+
+    Returns ``{name: (preset, model, runs)}``, named after the first table's preset, in the
+    tables' order.
+    """
+    import json
+
+    from ..train import presets
+
+    out: dict[str, tuple[str, str, list[PlannedRun]]] = {}
+    names: dict[tuple[str, str, str], str] = {}
+    for t in tables:
+        net = t.model if model is None else model
+        key = (json.dumps(presets.PRESETS[t.preset], sort_keys=True, default=str),
+               json.dumps(seeds_for(t.preset, seeds), default=list), net)
+        name = names.setdefault(key, t.preset)
+        out.setdefault(name, (t.preset, net, []))[2].extend(r for r in runs if r.table == t.title)
+    return out
+
+
 def _label(method: str, params: str) -> str:
     return f"{method} ({params})" if params else method
 
@@ -218,16 +246,34 @@ def mean_of(results: Mapping[tuple[str, str, str], Any], title: str, method: str
     return float("nan")
 
 
+def per_seed(results: Mapping[tuple[str, str, str], Any], title: str, column: str) -> Any:
+    """Our values of ``column`` for every method of a table that was run: methods x seeds.
+
+    A DataFrame indexed by the method's label, as :func:`beside_paper` and
+    :func:`against_ce` label it (``"focal (gamma=3)"``, ``"ce"``), in the order of
+    ``results``, one column per seed, so a claim can be tested on every seed as well as on
+    the means (:func:`mean_of`).
+    """
+    import pandas as pd
+
+    rows = {_label(m, p): runs.set_index("seed")[column]
+            for (t, m, p), runs in results.items() if t == title}
+    return pd.DataFrame(rows).T.rename_axis(index="method", columns="seed")
+
+
 def against_ce(table: PaperTable, results: Mapping[tuple[str, str, str], Any]) -> Any:
     """For every method both the paper and our runs have: is its ECE before TS below CE's?
 
-    Returns a DataFrame with "paper: below CE", "ours: below CE" and "same ordering"
-    (``"yes"`` / ``"no"`` / ``"NO"`` where the orderings disagree).
+    Returns a DataFrame with "paper: below CE", "ours: below CE" (on the means over seeds),
+    "same ordering" (``"yes"`` / ``"no"`` / ``"NO"`` where the orderings disagree) and
+    "seeds below CE" (on how many of the seeds both were run with the method is below CE,
+    e.g. ``"3 of 3"``).
     """
     import pandas as pd
 
     cell = dict(table=table.table, dataset=table.dataset, model=table.model, metric="ece", ts="pre")
     ce_paper = paper_row(table.paper, "ce", params="", **cell)
+    ce_runs = results.get((table.title, "ce", ""))
     out = {}
     for method, params in table.methods:
         theirs = paper_row(table.paper, method, params=params, **cell)
@@ -236,9 +282,13 @@ def against_ce(table: PaperTable, results: Mapping[tuple[str, str, str], Any]) -
             continue
         paper_below = theirs["value"] < ce_paper["value"]
         ours_below = ours["ece"].mean() < mean_of(results, table.title, "ce", "ece")
+        ce_seed = ce_runs.set_index("seed")["ece"] if ce_runs is not None else pd.Series(dtype=float)
+        pair = pd.concat([ours.set_index("seed")["ece"], ce_seed], axis=1, join="inner")
+        below = int((pair.iloc[:, 0] < pair.iloc[:, 1]).sum())
         out[_label(method, params)] = {"paper: below CE": "yes" if paper_below else "no",
                                        "ours: below CE": "yes" if ours_below else "no",
-                                       "same ordering": "yes" if paper_below == ours_below else "NO"}
+                                       "same ordering": "yes" if paper_below == ours_below else "NO",
+                                       "seeds below CE": f"{below} of {len(pair)}"}
     return pd.DataFrame(out).T
 
 

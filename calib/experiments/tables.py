@@ -23,10 +23,16 @@ import numpy as np
 from . import papers
 from .grid import format_loss_kwargs, parse_loss, parse_method
 
-__all__ = ["mean_std", "runs_of", "runs_by_method", "t_tests", "paper_row", "paper_cell", "loss_coefficient"]
+__all__ = ["mean_std", "runs_of", "runs_by_method", "t_tests", "paper_t_tests", "paper_row", "paper_cell",
+           "loss_coefficient"]
 
 HIGHER, LOWER, SAME = "▲", "▼", "–"
-"""Marks of :func:`t_tests`, as in Wang et al. (2021), Table 2."""
+"""Marks of :func:`t_tests`: significantly higher / lower than the baseline, or neither."""
+
+HIGHER_NS, LOWER_NS = "△", "▽"
+"""Marks of :func:`paper_t_tests` for a mean higher / lower than the baseline's whose
+difference is *not* significant: Wang et al. (2021), Table 2, print these hollow and the
+significant ones filled (▲ / ▼); :func:`t_tests` writes both hollow marks as ``SAME``."""
 
 
 def mean_std(values: Iterable[float], scale: float = 100.0, digits: int = 2) -> str:
@@ -131,6 +137,73 @@ def t_tests(
             a, b = by[method][column].to_numpy(), by[baseline][column].to_numpy()
             p = float(stats.ttest_ind(a, b).pvalue)
             mark = (HIGHER if a.mean() > b.mean() else LOWER) if p < alpha else SAME
+            out.setdefault(method, {})[f"{name}: vs {baseline}"] = mark
+            out[method][f"{name}: p"] = f"{p:.3f}"
+    return pd.DataFrame(out).T
+
+
+def paper_t_tests(
+    paper: str,
+    *,
+    baseline: str,
+    methods: Mapping[str, str],
+    columns: Mapping[str, Mapping[str, str]],
+    n: int,
+    alpha: float = 0.05,
+    **filters: str | Iterable[str],
+) -> Any:
+    """A paper's significance marks recomputed from its printed means and stds.
+
+    For each method and column, the paper's row (``value`` ± ``std``) and the baseline's
+    go into ``scipy.stats.ttest_ind_from_stats(..., equal_var=True)`` with ``n`` runs
+    each: the Student's test of :func:`t_tests`, from the summary statistics the paper
+    prints (its std taken as the sample std over the runs). The mark gives the direction
+    of the means, filled when ``p < alpha`` (▲ / ▼) and hollow otherwise (△ / ▽), the
+    convention of Wang et al. (2021), Table 2 (``SAME`` for equal means). Rounding of the
+    printed numbers makes ``p`` approximate.
+
+    Args:
+        paper: the bib key in ``calib/paper_results.csv``.
+        baseline: the label every other method is tested against.
+        methods: ``{label: the paper's method}`` (the CSV's ``method``), baseline included.
+        columns: ``{name shown: further filters of that number}``, e.g.
+            ``{"after TS": {"metric": "ece", "ts": "post"}}``.
+        n: the number of runs behind each mean and std (the paper's, e.g. 5).
+        **filters: filters every row shares (``table``, ``dataset``, ``model``).
+
+    Returns:
+        A DataFrame, one row per method other than the baseline, with columns
+        ``"<name>: vs <baseline>"`` (the mark) and ``"<name>: p"`` (p to 3 decimals).
+
+    Raises:
+        ValueError: an unknown baseline, no columns, ``n < 2``, a bad ``alpha``, or a
+            number the paper's table does not hold with a std.
+    """
+    import pandas as pd
+    from scipy import stats
+
+    if baseline not in methods:
+        raise ValueError(f"baseline {baseline!r} is not one of the methods {list(methods)}")
+    if not columns:
+        raise ValueError("columns is empty: give {name: filters}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise ValueError(f"n must be an integer of at least 2, got {n!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha must lie in (0, 1), got {alpha!r}")
+
+    def stats_of(label: str, cell: Mapping[str, str]) -> tuple[float, float]:
+        row = paper_row(paper, methods[label], **filters, **cell)
+        if row is None or row["std"] is None:
+            raise ValueError(f"{paper} has no mean ± std for {methods[label]!r} with {dict(filters, **cell)}")
+        return row["value"], row["std"]
+
+    out: dict[str, dict[str, str]] = {}
+    for method in [m for m in methods if m != baseline]:
+        for name, cell in columns.items():
+            (ma, sa), (mb, sb) = stats_of(method, cell), stats_of(baseline, cell)
+            p = float(stats.ttest_ind_from_stats(ma, sa, n, mb, sb, n, equal_var=True).pvalue)
+            marks = (HIGHER, LOWER) if p < alpha else (HIGHER_NS, LOWER_NS)
+            mark = SAME if ma == mb else marks[0] if ma > mb else marks[1]
             out.setdefault(method, {})[f"{name}: vs {baseline}"] = mark
             out[method][f"{name}: p"] = f"{p:.3f}"
     return pd.DataFrame(out).T
