@@ -10,11 +10,17 @@ the book build reads with ``execute_notebooks: cache``, ``_build/.jupyter_cache`
 cache is keyed by the hash of the code cells, so the build shows exactly the run nbval
 checked and executes only what is not there. ``make test`` uses it so that CI runs each
 chapter once at the quick profile, not twice.
+
+Each cell's printed output is also held to the book's 88 columns here, so that a line
+that grows with the data (the results ledger's, say) fails nbval, not only the browser
+check of the built book that comes after it (smoke passes are not rendered: exempt).
 """
 from __future__ import annotations
 
 import copy
 import os
+
+import pytest
 
 collect_ignore = ["assignments", "coursework"]
 
@@ -24,6 +30,23 @@ _FAILED: set[str] = set()
 def pytest_runtest_logreport(report) -> None:
     if report.failed:
         _FAILED.add(report.nodeid.split("::")[0])
+
+
+WIDTH = 88  # the widest printed line the book's pages show without scrolling
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    result = yield
+    if os.environ.get("CALIB_SMOKE"):  # smoke runs are checked, not rendered
+        return result
+    outputs = getattr(item, "test_outputs", None) or []
+    long = [line for out in outputs if out.get("output_type") == "stream"
+            for line in out.get("text", "").splitlines() if len(line.rstrip()) > WIDTH]
+    if long:
+        raise AssertionError(f"{len(long)} printed line(s) over {WIDTH} characters, "
+                             f"which scroll sideways in the book: {long[0][:100]!r}")
+    return result
 
 
 def _executed(notebook_file, cells) -> object:

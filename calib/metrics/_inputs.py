@@ -91,8 +91,9 @@ def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
 
     On a GPU ``max`` with its index costs one read. On CPU the index costs several reads,
     so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label is *a*
-    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``), and
-    only rows where another class reaches ``c_i`` too go to ``argmax``.
+    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``) and
+    ``sum_k p_ik^2 >= 2 c_i^2``, and only rows where another class reaches ``c_i`` too go
+    to ``argmax``.
     """
     if p.device.type != "cpu":
         conf, pred = p.max(dim=1)
@@ -104,6 +105,11 @@ def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
     # rows where the label is a maximum that another class may share; there, hide the label
     # and see whether the rest reaches the maximum too; argmax settles only those rows
     cand = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
+    if 10 * cand.numel() > n:  # copying many rows costs more than one read for their norms
+        # (k + 4) eps bounds the relative rounding of the squared norm (a sum of k squares)
+        sq = torch.linalg.vector_norm(p, dim=1).index_select(0, cand).double().square()
+        c = conf.index_select(0, cand).double()
+        cand = cand[sq >= 2 * c.square() * (1 - (k + 4) * torch.finfo(p.dtype).eps)]
     rest = p.index_select(0, cand)
     rest.view(-1).index_fill_(0, torch.arange(0, cand.numel() * k, k).add_(y.index_select(0, cand)), -math.inf)
     tied = cand[rest.amax(dim=1).eq(conf.index_select(0, cand))]
