@@ -9,7 +9,8 @@ fails and its points are lost. The book's copies in ``book/coursework/`` must ma
 fresh build and hold no solution and no hidden test.
 
 Each grading starts a kernel (about 10-30 s on two busy cores); the cases are separate
-tests so that ``pytest -n 2`` spreads them.
+tests so that ``pytest -n 2`` spreads them. They carry the ``grading`` mark: ``make test``
+runs them beside the notebooks (``make test-grading``), not with the unit tests.
 """
 from __future__ import annotations
 
@@ -161,6 +162,7 @@ def with_mistake(solution: dict, mistake: Mistake) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.grading
 @pytest.mark.parametrize("name,case", CASES, ids=[f"{n[:2]}-{c}" for n, c in CASES])
 def test_autograder(name, case, build_dir, tmp_path):
     b = built(name, build_dir)
