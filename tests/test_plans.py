@@ -162,6 +162,18 @@ def test_against_ce_counts_seeds_and_per_seed_lists_them(lin) -> None:
     assert table.loc["focal (gamma=1)", 2] == pytest.approx(0.05) and len(table) == 4
 
 
+def test_lowest_names_our_and_the_papers_best_method(lin) -> None:
+    results = {(lin.title, "ce", ""): _runs([0.05, 0.07]),
+               (lin.title, "bsce_gra", ""): _runs([0.03, 0.03], [0.02, 0.02]),
+               (lin.title, "mmce", ""): _runs([0.01, 0.01], [0.03, 0.03])}
+    # the paper's CIFAR-10 ResNet-50 row: BSCE-GRA below MMCE and CE, before and after TS
+    assert plans.lowest(lin, results) == {"ours": "mmce", "paper": "bsce_gra"}
+    assert plans.lowest(lin, results, ts="post") == {"ours": "bsce_gra", "paper": "bsce_gra"}
+    assert plans.lowest(lin, {}) == {}
+    with pytest.raises(ValueError, match="ts must be"):
+        plans.lowest(lin, results, ts="after")
+
+
 def test_shared_sweeps_train_a_protocol_once(lin, wang) -> None:
     muk = plans.paper_table("Mukhoti et al. (2020) Table 1", paper="mukhoti2020focal",
                             preset="mukhoti2020", net=("cifar", "ResNet-50"))

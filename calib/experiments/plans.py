@@ -26,7 +26,7 @@ from .grid import format_loss_kwargs, parse_loss
 from .tables import SAME, mean_std, paper_row
 
 __all__ = ["PaperTable", "PlannedRun", "paper_table", "loss_spec", "plan_runs", "seeds_for", "shared_sweeps",
-           "beside_paper", "mean_of", "per_seed", "against_ce", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
+           "beside_paper", "mean_of", "per_seed", "against_ce", "lowest", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
 
 FALLBACK_SEEDS = (0, 1, 2)
 """Seeds of a table whose paper states none (Mukhoti et al. 2020)."""
@@ -290,6 +290,30 @@ def against_ce(table: PaperTable, results: Mapping[tuple[str, str, str], Any]) -
                                        "same ordering": "yes" if paper_below == ours_below else "NO",
                                        "seeds below CE": f"{below} of {len(pair)}"}
     return pd.DataFrame(out).T
+
+
+def lowest(table: PaperTable, results: Mapping[tuple[str, str, str], Any], ts: str = "pre") -> dict[str, str]:
+    """The method with the lowest mean ECE, ours and the paper's, among the methods both have.
+
+    ``ts="pre"`` compares the ECE before temperature scaling, ``"post"`` after it (our
+    column :attr:`PaperTable.post_column`). Returns ``{"ours": label, "paper": label}``
+    with :func:`per_seed`'s labels (``"focal (gamma=3)"``), or ``{}`` when no method has
+    both.
+    """
+    if ts not in ("pre", "post"):
+        raise ValueError(f"ts must be 'pre' or 'post', got {ts!r}")
+    cell = dict(table=table.table, dataset=table.dataset, model=table.model, metric="ece", ts=ts)
+    column = "ece" if ts == "pre" else table.post_column
+    ours, theirs = {}, {}
+    for method, params in table.methods:
+        row = paper_row(table.paper, method, params=params, **cell)
+        runs = results.get((table.title, method, params))
+        if row is not None and runs is not None:
+            ours[_label(method, params)] = runs[column].mean()
+            theirs[_label(method, params)] = row["value"]
+    if not ours:
+        return {}
+    return {"ours": min(ours, key=ours.get), "paper": min(theirs, key=theirs.get)}
 
 
 def shell_lines(words: Sequence[str], width: int = 80) -> str:
