@@ -165,6 +165,8 @@ class Trainer:
         self._resume_sums: dict[str, float] = {}
         self._stop_signal: int | None = None
         self._eval_loaders: dict[str, Any] = {}
+        # (logits, labels) per split for the current weights; emptied when they change
+        self._predicted: dict[str, tuple[Tensor, Tensor]] = {}
         self.metrics: dict[str, Any] | None = None
         # select="best_val": {"epoch", "val_error", "model"} of the best epoch so far
         self.best: dict[str, Any] | None = None
@@ -378,7 +380,13 @@ class Trainer:
 
     def evaluate(self, split: str = "val") -> dict[str, float | None]:
         """:func:`split_stats` of one split: accuracy, NLL, ECE, correct/wrong NLL and entropy."""
-        return split_stats(*self.predict(split), n_bins=self.config.n_bins)
+        return split_stats(*self._predictions(split), n_bins=self.config.n_bins)
+
+    def _predictions(self, split: str) -> tuple[Tensor, Tensor]:
+        """:meth:`predict`, computed once for the current weights."""
+        if split not in self._predicted:
+            self._predicted[split] = self.predict(split)
+        return self._predicted[split]
 
     def classifier_norm(self) -> float | None:
         """Frobenius norm of the last linear layer's weights (Mukhoti et al. (2020) Fig. 2e); None if none."""
@@ -413,6 +421,7 @@ class Trainer:
     def load_checkpoint(self, path: str | os.PathLike) -> None:
         """Restore a checkpoint written by :meth:`save_checkpoint` (refusing another run's)."""
         checkpoint.restore(self, path)
+        self._predicted.clear()
 
     def _prepare_out(self, resume: bool) -> None:
         out = self.out
@@ -505,6 +514,7 @@ class Trainer:
                 if self._stop_signal is not None:
                     self._interrupt()
                 t0 = time.perf_counter()
+                self._predicted.clear()  # the weights are about to change
                 lr = self.optimizer.param_groups[0]["lr"]
                 with tqdm(total=len(self.train_loader), leave=False, disable=not show, mininterval=1.0,
                           desc=f"epoch {self.epoch + 1}", dynamic_ncols=True) as bbar:
@@ -554,7 +564,7 @@ class Trainer:
             return
         record: dict[str, Tensor] = {}
         for split in ("val", "test", *(("train",) if "train" in self.config.track else ())):
-            record[f"{split}_logits"], record[f"{split}_labels"] = self.predict(split)
+            record[f"{split}_logits"], record[f"{split}_labels"] = self._predictions(split)
         if self.is_main:
             folder = self.out / EPOCH_LOGITS_DIR
             folder.mkdir(exist_ok=True)
@@ -568,8 +578,9 @@ class Trainer:
         """
         if self.config.select == "best_val" and self.best is not None:
             self.model.load_state_dict(self.best["model"])
-        val_logits, val_labels = self.predict("val")
-        test_logits, test_labels = self.predict("test")
+            self._predicted.clear()
+        val_logits, val_labels = self._predictions("val")
+        test_logits, test_labels = self._predictions("test")
         record = {"val_logits": val_logits, "val_labels": val_labels,
                   "test_logits": test_logits, "test_labels": test_labels,
                   "selected_epoch": torch.tensor(self.selected_epoch)}
