@@ -579,6 +579,30 @@ def test_epoch_logits_resume_and_missing(tmp_path):
     torch.testing.assert_close(per_epoch["train_logits"][-1], trainer.predict("train")[0])
 
 
+class _CountingTrainer(Trainer):
+    calls: list
+
+    def predict(self, split):
+        self.calls.append((self.epoch, split))
+        return super().predict(split)
+
+
+@pytest.mark.parametrize("select", ["last", "best_val"])
+def test_each_split_is_predicted_once_an_epoch(tmp_path, select):
+    trainer = _CountingTrainer(tiny_config(tmp_path / select, epochs=3, milestones=(2,),
+                                           keep_epoch_logits=True, track=("test",), select=select))
+    trainer.calls = []
+    trainer.fit()
+    # val and test once in each of the 3 epochs (the history line and the per-epoch logits
+    # share them); finish() reuses the last epoch's unless it loads the best epoch's weights
+    want = [(epoch, split) for epoch in range(3) for split in ("val", "test")]
+    want += [(3, "val"), (3, "test")] if select == "best_val" else []
+    assert trainer.calls == want
+    record = torch.load(tmp_path / select / LOGITS_FILE, weights_only=True)
+    trainer._predicted.clear()
+    torch.testing.assert_close(record["test_logits"], trainer.predict("test")[0], rtol=0, atol=0)
+
+
 def test_sweep_help_documents_every_option():
     from calib.cli import build_parser
 
