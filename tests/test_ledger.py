@@ -7,6 +7,7 @@ number those epochs recorded must come out the same to 1e-6.
 from __future__ import annotations
 
 import json
+import math
 import pathlib
 
 import pytest
@@ -163,6 +164,8 @@ def test_paper_runs_key_the_ledger_rows_like_the_chapters_results(tmp_path):
                                   tmp_path)
     assert summary["n"].tolist() == [3, 3, 0] and summary.loc["CE", "ECE (%)"] == "6.00 ± 1.00"
     assert summary.loc["MMCE", "T"] == "1.50 ± 0.00" and summary.loc["focal", "ECE (%)"] == ""
+    means = ledger.method_means("lin2024_t1", {"CE": "ce", "focal": "focal"}, "ece", tmp_path)
+    assert means["CE"] == pytest.approx(0.06) and math.isnan(means["focal"])
 
 
 def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypatch):

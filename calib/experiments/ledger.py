@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "paper_runs", "method_table", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+           "PAPER_TABLES", "paper_runs", "method_table", "method_means", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -339,15 +339,35 @@ def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike 
     """
     import pandas as pd
 
-    from .tables import mean_std, runs_of
+    from .tables import mean_std
 
-    frame = pd.DataFrame(load(name, root)[0])
     rows = {}
-    for label, spec in methods.items():
-        runs = runs_of(frame, spec)
+    for label, runs in _method_runs(name, methods, root).items():
         rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else ""
                                           for col, head, scale in _TABLE_COLUMNS}}
     return pd.DataFrame(rows).T.rename_axis(f"ledger: {name}")
+
+
+def method_means(name: str, methods: Mapping[str, Any], column: str,
+                 root: str | os.PathLike | None = None) -> Any:
+    """The mean over seeds of one metric ``column`` (e.g. ``"ece"``, ``"ece_ts"``) per method.
+
+    ``methods`` as in :func:`method_table`; a Series indexed by its labels, NaN for a
+    method the ledger has not reached yet, so a chapter can test an ordering on it.
+    """
+    import pandas as pd
+
+    return pd.Series({label: runs[column].mean() if len(runs) else float("nan")
+                      for label, runs in _method_runs(name, methods, root).items()}, name=column)
+
+
+def _method_runs(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None) -> dict[str, Any]:
+    import pandas as pd
+
+    from .tables import runs_of
+
+    frame = pd.DataFrame(load(name, root)[0])
+    return {label: runs_of(frame, spec) for label, spec in methods.items()}
 
 
 def _root(root: str | os.PathLike | None) -> Path:
