@@ -291,7 +291,9 @@ def test_summary_and_sweep_agree_with_functions():
         assert got == {3: pytest.approx(fn(p, y, 3)), 30: pytest.approx(fn(p, y, 30))}
 
 
-def test_ties_follow_argmax_first_index():
+@pytest.mark.parametrize("block", [1 << 20, 40])  # the candidates in one block, or in 10-row blocks
+def test_ties_follow_argmax_first_index(block, monkeypatch):
+    monkeypatch.setattr("calib.metrics._inputs._TIE_BLOCK", block)
     # quantised probabilities create many exact ties among maxima
     g = torch.Generator().manual_seed(0)
     counts = torch.randint(0, 3, (4000, 4), generator=g).double()
@@ -854,7 +856,7 @@ def test_metrics_match_plain_definitions(data, n_bins, closed):
 @given(st.sampled_from([2, 3, 6, 40, 100]), st.integers(1, 200), st.integers(0, 10_000),
        st.sampled_from([torch.float64, torch.float32]))
 def test_ties_on_quantised_rows_follow_argmax(k, n, seed, dtype):
-    # many rows with c_i <= 1/2: top_label filters them by their norms before argmax
+    # many rows with c_i <= 1/2, candidates for a tie
     g = torch.Generator().manual_seed(seed)
     counts = torch.randint(0, 3, (n, k), generator=g).double()
     counts[counts.sum(1) == 0] = 1.0

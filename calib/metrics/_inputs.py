@@ -28,6 +28,8 @@ CLOSED = ("right", "left")
 # Most bins (times classes, for classwise ECE) a metric allocates: 2^24 float64 cells
 # are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
 MAX_BIN_CELLS = 1 << 24
+# Entries of the tie candidates' rows copied at once by top_label (4 MiB of float32).
+_TIE_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -91,29 +93,26 @@ def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
 
     On a GPU ``max`` with its index costs one read. On CPU the index costs several reads,
     so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label is *a*
-    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``) and
-    ``sum_k p_ik^2 >= 2 c_i^2``, and only rows where another class reaches ``c_i`` too go
-    to ``argmax``.
+    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``), and
+    only rows where another class reaches ``c_i`` too go to ``argmax``.
     """
     if p.device.type != "cpu":
         conf, pred = p.max(dim=1)
         return conf, pred.eq(y)
-    n, k = p.shape
+    k = p.shape[1]
     conf = p.amax(dim=1)
     p_true = p.gather(1, y[:, None]).squeeze(1)  # p[i, y_i]
     correct = p_true.eq(conf)
     # rows where the label is a maximum that another class may share; there, hide the label
-    # and see whether the rest reaches the maximum too; argmax settles only those rows
+    # and see whether the rest reaches the maximum too; argmax settles only those rows.
+    # Copied a block at a time: the allocator reuses a small block, where one large copy
+    # faults in fresh pages (measured ~1.5-2x slower at N = 10^6, K = 100).
     cand = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
-    if 5 * cand.numel() > n:  # a fresh copy of many rows (page faults) costs more than a read
-        # (k + 4) eps bounds the relative rounding of the squared norm (a sum of k squares)
-        sq = torch.linalg.vector_norm(p, dim=1).index_select(0, cand).double().square()
-        c = conf.index_select(0, cand).double()
-        cand = cand[sq >= 2 * c.square() * (1 - (k + 4) * torch.finfo(p.dtype).eps)]
-    rest = p.index_select(0, cand)
-    rest.view(-1).index_fill_(0, torch.arange(0, cand.numel() * k, k).add_(y.index_select(0, cand)), -math.inf)
-    tied = cand[rest.amax(dim=1).eq(conf.index_select(0, cand))]
-    correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
+    for rows in cand.split(max(1, _TIE_BLOCK // k)):
+        rest = p.index_select(0, rows)
+        rest.view(-1).index_fill_(0, torch.arange(0, rows.numel() * k, k).add_(y.index_select(0, rows)), -math.inf)
+        tied = rows[rest.amax(dim=1).eq(conf.index_select(0, rows))]
+        correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
     return conf, correct
 
 
