@@ -380,10 +380,10 @@ class Trainer:
 
     def evaluate(self, split: str = "val") -> dict[str, float | None]:
         """:func:`split_stats` of one split: accuracy, NLL, ECE, correct/wrong NLL and entropy."""
-        return split_stats(*self._predictions(split), n_bins=self.config.n_bins)
+        return split_stats(*self.predict(split), n_bins=self.config.n_bins)
 
     def _predictions(self, split: str) -> tuple[Tensor, Tensor]:
-        """:meth:`predict`, computed once for the current weights."""
+        """:meth:`predict`, computed once for the weights of the epoch just trained."""
         if split not in self._predicted:
             self._predicted[split] = self.predict(split)
         return self._predicted[split]
@@ -537,7 +537,8 @@ class Trainer:
     def _epoch_line(self, lr: float, train_stats: dict[str, float], seconds: float) -> dict[str, Any]:
         line: dict[str, Any] = {"epoch": self.epoch + 1, "lr": lr, **train_stats}
         for split in ("val", *self.config.track):
-            line.update({f"{split}_{k}": v for k, v in self.evaluate(split).items()})
+            stats = split_stats(*self._predictions(split), n_bins=self.config.n_bins)
+            line.update({f"{split}_{k}": v for k, v in stats.items()})
         line["classifier_norm"] = self.classifier_norm()
         line.update(self.epoch_extras())
         line["seconds"] = seconds
