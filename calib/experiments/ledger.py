@@ -35,7 +35,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
            "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "PAPER_TABLES", "paper_runs", "method_table", "method_means", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+           "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -342,7 +342,7 @@ def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike 
     from .tables import mean_std
 
     rows = {}
-    for label, runs in _method_runs(name, methods, root).items():
+    for label, runs in method_runs(name, methods, root).items():
         rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else ""
                                           for col, head, scale in _TABLE_COLUMNS}}
     return pd.DataFrame(rows).T.rename_axis(f"ledger: {name}")
@@ -358,10 +358,11 @@ def method_means(name: str, methods: Mapping[str, Any], column: str,
     import pandas as pd
 
     return pd.Series({label: runs[column].mean() if len(runs) else float("nan")
-                      for label, runs in _method_runs(name, methods, root).items()}, name=column)
+                      for label, runs in method_runs(name, methods, root).items()}, name=column)
 
 
-def _method_runs(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None) -> dict[str, Any]:
+def method_runs(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """The committed rows of each method (``{label: loss spec}``): ``{label: DataFrame}``, one row a seed."""
     import pandas as pd
 
     from .tables import runs_of

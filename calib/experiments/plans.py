@@ -296,9 +296,10 @@ def lowest(table: PaperTable, results: Mapping[tuple[str, str, str], Any], ts: s
     """The method with the lowest mean ECE, ours and the paper's, among the methods both have.
 
     ``ts="pre"`` compares the ECE before temperature scaling, ``"post"`` after it (our
-    column :attr:`PaperTable.post_column`). Returns ``{"ours": label, "paper": label}``
-    with :func:`per_seed`'s labels (``"focal (gamma=3)"``), or ``{}`` when no method has
-    both.
+    column :attr:`PaperTable.post_column`). Returns ``{"ours": label, "paper": label,
+    "seeds": "2 of 3"}`` with :func:`per_seed`'s labels (``"focal (gamma=3)"``), "seeds"
+    saying on how many of the seeds that all these methods ran our lowest mean is also the
+    seed's lowest (fewer than all: the ranking is undecided); ``{}`` when no method has both.
     """
     if ts not in ("pre", "post"):
         raise ValueError(f"ts must be 'pre' or 'post', got {ts!r}")
@@ -313,7 +314,10 @@ def lowest(table: PaperTable, results: Mapping[tuple[str, str, str], Any], ts: s
             theirs[_label(method, params)] = row["value"]
     if not ours:
         return {}
-    return {"ours": min(ours, key=ours.get), "paper": min(theirs, key=theirs.get)}
+    best = min(ours, key=ours.get)
+    by_seed = per_seed(results, table.title, column).loc[list(ours)].dropna(axis=1)
+    wins = int((by_seed.idxmin() == best).sum()) if by_seed.shape[1] else 0
+    return {"ours": best, "paper": min(theirs, key=theirs.get), "seeds": f"{wins} of {by_seed.shape[1]}"}
 
 
 def shell_lines(words: Sequence[str], width: int = 80) -> str:
