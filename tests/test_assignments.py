@@ -9,8 +9,9 @@ fails and its points are lost. The book's copies in ``book/coursework/`` must ma
 fresh build and hold no solution and no hidden test.
 
 Each grading starts a kernel (about 10-30 s on two busy cores); the cases are separate
-tests so that ``pytest -n 2`` spreads them. They carry the ``grading`` mark: ``make test``
-runs them beside the notebooks (``make test-grading``), not with the unit tests.
+tests so that ``pytest -n 2`` spreads them. The typical-mistake cases carry the
+``grading`` mark: ``make test`` runs them on the core the smoke passes leave idle beside
+nbval (``make test-grading``), the others with the unit tests.
 """
 from __future__ import annotations
 
@@ -97,8 +98,9 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
 }
 
 NAMES = [m.stem for m in ba.masters()]
-CASES = [(n, "solution") for n in NAMES] + [(n, "blank") for n in NAMES]
-CASES += [(n, m) for n in NAMES for m in MISTAKES.get(n, {})]
+CASES = [pytest.param(n, c, id=f"{n[:2]}-{c}") for c in ("solution", "blank") for n in NAMES]
+CASES += [pytest.param(n, m, id=f"{n[:2]}-{m}", marks=pytest.mark.grading)
+          for n in NAMES for m in MISTAKES.get(n, {})]
 
 
 @functools.lru_cache(maxsize=None)
@@ -162,8 +164,7 @@ def with_mistake(solution: dict, mistake: Mistake) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.grading
-@pytest.mark.parametrize("name,case", CASES, ids=[f"{n[:2]}-{c}" for n, c in CASES])
+@pytest.mark.parametrize("name,case", CASES)
 def test_autograder(name, case, build_dir, tmp_path):
     b = built(name, build_dir)
     zip_path = ba.autograder_zip(b)
