@@ -106,7 +106,7 @@ def bench(n: int, k: int, device: str) -> dict[str, float]:
     if tm is not None:
         candidates[TM] = lambda: tm(probs, labels)
     times, values = _interleaved({name: _synced(fn, device) for name, fn in candidates.items()},
-                                 rounds=31 if n <= 10**4 else 7)
+                                 rounds=31 if n <= 10**4 else 21)
     floor = times[FLOOR]
     print(f"{'':<44} {'time':>13} {'x floor':>9}   value")
     for name, sec in times.items():

@@ -291,9 +291,19 @@ def test_summary_and_sweep_agree_with_functions():
         assert got == {3: pytest.approx(fn(p, y, 3)), 30: pytest.approx(fn(p, y, 30))}
 
 
-@pytest.mark.parametrize("block", [1 << 20, 40])  # the candidates in one block, or in 10-row blocks
+def test_blocked_binning_equals_one_block(monkeypatch):
+    """ECE, MCE and the sweep binned in 7-sample blocks agree with one block (CPU path)."""
+    p, y = random_probs(1000, 6, 4)
+    whole = (M.ece(p, y), M.mce(p, y, closed="left"), M.ece_sweep(p, y, (3, 15, 40)))
+    monkeypatch.setattr("calib.metrics.binned._SAMPLE_BLOCK", 7)
+    blocked = (M.ece(p, y), M.mce(p, y, closed="left"), M.ece_sweep(p, y, (3, 15, 40)))
+    assert blocked[0] == pytest.approx(whole[0], abs=1e-14) and blocked[1] == pytest.approx(whole[1], abs=1e-14)
+    assert blocked[2] == pytest.approx(whole[2], abs=1e-14)
+
+
+@pytest.mark.parametrize("block", [1 << 20, 40])  # all rows in one block, or 10-row blocks
 def test_ties_follow_argmax_first_index(block, monkeypatch):
-    monkeypatch.setattr("calib.metrics._inputs._TIE_BLOCK", block)
+    monkeypatch.setattr("calib.metrics._inputs._CACHE_BLOCK", block)
     # quantised probabilities create many exact ties among maxima
     g = torch.Generator().manual_seed(0)
     counts = torch.randint(0, 3, (4000, 4), generator=g).double()

@@ -10,6 +10,12 @@ the host to read a few numbers. On CPU that is free and happens at once. On a GP
 would stall the device, so :func:`checked` only queues the statistics and the metric
 reads them together with its result in one transfer (:meth:`Checked.result`): a call
 costs one host sync, and invalid input still raises the same one-line ``ValueError``.
+
+On CPU the checks and the top label read every row four times (row sum, minimum, row
+maximum, the label's entry; the rows with a possible tie once more). A large array is
+therefore walked in blocks of rows that fit in the L3 cache, each block read from memory
+once and then from the cache (ECE at N = 10^6, K = 100: 68 ms before, 55 ms after;
+``make bench``).
 """
 from __future__ import annotations
 
@@ -28,8 +34,9 @@ CLOSED = ("right", "left")
 # Most bins (times classes, for classwise ECE) a metric allocates: 2^24 float64 cells
 # are 128 MiB; beyond that n_bins is refused instead of exhausting memory.
 MAX_BIN_CELLS = 1 << 24
-# Entries of the tie candidates' rows copied at once by top_label (4 MiB of float32).
-_TIE_BLOCK = 1 << 20
+# Entries of (N, K) checked at once on CPU: 4 MiB of float32 stay in the L3 cache while
+# the block's four reductions read it.
+_CACHE_BLOCK = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -74,46 +81,58 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
     p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
     on_host = p.device.type == "cpu"
     y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=not on_host).to(p.device)
-    # NaN and inf show in the row sums; on a GPU the labels' range is checked here too (on
-    # the host check_labels has read it)
-    stats = torch.stack([*p.sum(dim=1).aminmax(), *p.aminmax()]).double()
     k = p.shape[1]
     if on_host:
-        _raise_if_bad([*stats.tolist(), 0, 0], name, tol, k)
-        verdict = None
-    else:
-        verdict = (torch.cat([stats, torch.stack([*y.aminmax()]).double()]), name, tol, k)
-        y = y.clamp(0, k - 1)  # out-of-range labels are refused at the sync; never index with them
-    conf, correct = top_label(p, y, tol)
-    return Checked(p, y, conf, correct, verdict)
+        stats, conf, correct = _host_pass(p, y, tol)
+        _raise_if_bad([*stats, 0, 0], name, tol, k)
+        return Checked(p, y, conf, correct)
+    # NaN and inf show in the row sums; the labels' range is checked here too (on the host
+    # check_labels has read it)
+    stats = torch.cat([torch.stack([*p.sum(dim=1).aminmax(), *p.aminmax()]).double(),
+                       torch.stack([*y.aminmax()]).double()])
+    y = y.clamp(0, k - 1)  # out-of-range labels are refused at the sync; never index with them
+    conf, pred = p.max(dim=1)  # on a GPU, max with its index (the first maximum) costs one read
+    return Checked(p, y, conf, pred.eq(y), (stats, name, tol, k))
 
 
-def top_label(p: Tensor, y: Tensor, tol: float) -> tuple[Tensor, Tensor]:
-    """``c_i = max_k p_ik`` and ``pi_i = 1[argmax_k p_ik = y_i]`` (``argmax``: the first of tied maxima).
+def _host_pass(p: Tensor, y: Tensor, tol: float) -> tuple[list[float], Tensor, Tensor]:
+    """On CPU, block by block: the row sums' and entries' ranges, and the top label."""
+    n, k = p.shape
+    sums, conf = p.new_empty(n), p.new_empty(n)
+    correct = torch.empty(n, dtype=torch.bool)
+    lowest = []
+    step = max(1, _CACHE_BLOCK // k)
+    for start in range(0, n, step):
+        rows = slice(start, start + step)
+        block = p[rows]
+        torch.sum(block, dim=1, out=sums[rows])  # NaN and inf show in the row sums
+        lowest.append(block.amin())
+        torch.amax(block, dim=1, out=conf[rows])
+        correct[rows] = _host_correct(block, y[rows], conf[rows], tol)
+    stats = [*sums.aminmax(), torch.stack(lowest).min(), conf.max()]
+    return [float(v) for v in stats], conf, correct
 
-    On a GPU ``max`` with its index costs one read. On CPU the index costs several reads,
-    so it is paid only where a tie is possible: ``p_{i,y_i} = c_i`` says the label is *a*
-    maximum, a second maximum needs ``c_i <= 1/2`` (row sums are 1 within ``tol``), and
-    only rows where another class reaches ``c_i`` too go to ``argmax``.
+
+def _host_correct(p: Tensor, y: Tensor, conf: Tensor, tol: float) -> Tensor:
+    """``pi_i = 1[argmax_k p_ik = y_i]`` (the first of tied maxima) given ``c_i = max_k p_ik``.
+
+    ``argmax`` costs several reads on CPU, so it is paid only where a tie is possible:
+    ``p_{i,y_i} = c_i`` says the label is *a* maximum, a second maximum needs
+    ``c_i <= 1/2`` (rows sum to 1 within ``tol``), and only rows where another class
+    reaches ``c_i`` too (the label hidden) go to ``argmax``.
     """
-    if p.device.type != "cpu":
-        conf, pred = p.max(dim=1)
-        return conf, pred.eq(y)
-    k = p.shape[1]
-    conf = p.amax(dim=1)
-    p_true = p.gather(1, y[:, None]).squeeze(1)  # p[i, y_i]
-    correct = p_true.eq(conf)
-    # rows where the label is a maximum that another class may share; there, hide the label
-    # and see whether the rest reaches the maximum too; argmax settles only those rows.
-    # Copied a block at a time: the allocator reuses a small block, where one large copy
-    # faults in fresh pages (measured ~1.5-2x slower at N = 10^6, K = 100).
+    correct = p.gather(1, y[:, None]).squeeze(1).eq(conf)
     cand = (correct & conf.le(0.5 * (1 + tol))).nonzero().squeeze(1)
-    for rows in cand.split(max(1, _TIE_BLOCK // k)):
-        rest = p.index_select(0, rows)
-        rest.view(-1).index_fill_(0, torch.arange(0, rows.numel() * k, k).add_(y.index_select(0, rows)), -math.inf)
-        tied = rows[rest.amax(dim=1).eq(conf.index_select(0, rows))]
+    if not cand.numel():
+        return correct
+    rest = p.index_select(0, cand)
+    k = p.shape[1]
+    rest.view(-1).index_fill_(0, torch.arange(0, cand.numel() * k, k).add_(y.index_select(0, cand)), -math.inf)
+    tie = rest.amax(dim=1).eq(conf.index_select(0, cand))
+    if tie.any():
+        tied = cand[tie]
         correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
-    return conf, correct
+    return correct
 
 
 def _raise_if_bad(stats: list[float], name: str, tol: float, k: int) -> None:
