@@ -124,3 +124,76 @@ def test_a_deferred_verdict_raises_at_the_one_sync():
         bad = Checked(p, y, conf, y == 0, (torch.tensor(stats, dtype=torch.float64), "probs", 1e-3, 3))
         with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(")", r"\)")):
             bad.result(torch.tensor([0.25]))
+
+
+def test_the_gpu_path_reads_the_host_once_and_agrees(monkeypatch):
+    """The GPU code path (deferred verdict, max with index, index_add_ for bincount), run
+    on CPU: the same values as the CPU path, and one read of values on the host per call
+    (``Checked.result``'s). On a GPU, ``test_cuda_syncs_once`` counts the syncs."""
+    from calib import _checks
+    from calib.metrics import _inputs
+
+    p, y = random_probs(3000, 7, 5)
+    calls = {
+        "ece": lambda: M.ece(p, y), "mce": lambda: M.mce(p, y, 20, closed="left"),
+        "adaece": lambda: M.adaece(p, y), "classwise_ece": lambda: M.classwise_ece(p, y),
+        "ece_sweep": lambda: M.ece_sweep(p, y), "mce sweep": lambda: M.ece_sweep(p, y, (5, 50), "mce"),
+        "bootstrap": lambda: M.bootstrap_ci(M.ece, p, y, n_boot=40),
+        "bootstrap mce": lambda: M.bootstrap_ci(M.mce, p, y, n_boot=40, n_bins=10),
+    }
+    expected = {name: fn() for name, fn in calls.items()}
+    monkeypatch.setattr(_checks, "HOST_DEVICES", ())
+    monkeypatch.setattr(_inputs, "_BINCOUNT_DEVICES", ())
+    reads: list[str] = []
+
+    def counting(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            reads.append(name)
+            return original(self, *args, **kwargs)
+
+        return read
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, counting(name))
+    for name, fn in calls.items():
+        reads.clear()
+        got = fn()
+        assert reads == ["tolist"], (name, reads)
+        assert got == pytest.approx(expected[name], abs=1e-12), name
+
+
+def test_index_add_histogram_equals_bincount(monkeypatch):
+    from calib.metrics import _inputs
+
+    g = torch.Generator().manual_seed(0)
+    cells = torch.randint(0, 37, (5000,), generator=g, dtype=torch.int32)
+    weights = torch.rand(5000, generator=g, dtype=torch.float64)
+    cpu = [_inputs.histogram(cells, w, 40) for w in (weights, None)]
+    monkeypatch.setattr(_inputs, "_BINCOUNT_DEVICES", ())
+    other = [_inputs.histogram(cells, w, 40) for w in (weights, None)]
+    assert torch.allclose(other[0], cpu[0], rtol=0, atol=1e-12) and other[0].dtype == torch.float64
+    assert torch.equal(other[1], cpu[1]) and other[1].dtype == torch.int64
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_syncs_once():  # pragma: no cover - runs where a GPU is present
+    """On a GPU each metric call synchronises with the host once (its result's transfer)."""
+    import warnings
+
+    p, y = (t.cuda() for t in random_probs(5000, 10, 0))
+    calls = {"ece": lambda: M.ece(p, y), "mce": lambda: M.mce(p, y), "adaece": lambda: M.adaece(p, y),
+             "classwise_ece": lambda: M.classwise_ece(p, y), "ece_sweep": lambda: M.ece_sweep(p, y),
+             "bootstrap": lambda: M.bootstrap_ci(M.ece, p, y)}
+    for name, fn in calls.items():
+        fn()  # first call: lazy initialisation may synchronise
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                fn()
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
+        assert len(syncs) == 1, (name, syncs)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
+from .. import _checks
 from .._checks import ArrayLike, as_tensor, check_labels, check_nk_shape, check_positive_int, probs_error
 from .._checks import row_sum_tolerance
 
@@ -79,7 +80,7 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
         p = p.float()
     check_nk_shape(p, name)
     p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
-    on_host = p.device.type == "cpu"
+    on_host = p.device.type in _checks.HOST_DEVICES  # the CPU (tests emulate a GPU by emptying it)
     y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=not on_host).to(p.device)
     k = p.shape[1]
     if on_host:
@@ -133,6 +134,24 @@ def _host_correct(p: Tensor, y: Tensor, conf: Tensor, tol: float) -> Tensor:
         tied = cand[tie]
         correct[tied] = p.index_select(0, tied).argmax(dim=1).eq(y.index_select(0, tied))
     return correct
+
+
+# Devices where torch.bincount is used as is; elsewhere (a GPU) it would sync: see histogram.
+_BINCOUNT_DEVICES = ("cpu",)
+
+
+def histogram(cells: Tensor, weights: Tensor | None, size: int) -> Tensor:
+    """``torch.bincount(cells, weights, minlength=size)`` for ``cells`` known to lie in ``[0, size)``.
+
+    The per-bin sums of every binned metric. On a GPU ``torch.bincount`` reads the cells'
+    minimum and maximum on the host to size its output (a sync each); there the same sums
+    are an ``index_add_`` into ``size`` zeros, which reads nothing back.
+    """
+    if cells.device.type in _BINCOUNT_DEVICES:
+        return torch.bincount(cells, weights, minlength=size)
+    if weights is None:
+        weights = torch.ones_like(cells, dtype=torch.long)
+    return weights.new_zeros(size).index_add_(0, cells, weights)
 
 
 def _raise_if_bad(stats: list[float], name: str, tol: float, k: int) -> None:

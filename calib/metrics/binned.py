@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from .._checks import ArrayLike, as_tensor
-from ._inputs import check_closed, check_n_bins, checked, width
+from ._inputs import check_closed, check_n_bins, checked, histogram, width
 
 Tensor = torch.Tensor
 Closed = Literal["right", "left"]
@@ -52,7 +52,7 @@ def _sums(idx: Tensor, correct: Tensor, conf: Tensor, n_bins: int) -> Tensor:
     """``(3, n_bins)`` float64: per bin the count, the hits ``sum pi_i`` and ``sum c_i``."""
     weights = torch.stack([torch.ones_like(conf, dtype=torch.float64), correct.double(), conf.double()])
     rows = torch.arange(3, device=idx.device)[:, None] * n_bins
-    return torch.bincount((idx + rows).view(-1), weights.view(-1), minlength=3 * n_bins).view(3, n_bins)
+    return histogram((idx + rows).view(-1), weights.view(-1), 3 * n_bins).view(3, n_bins)
 
 
 def _totals(conf: Tensor, correct: Tensor, n_bins: int, closed: str) -> tuple[Tensor, Tensor, Tensor]:
@@ -79,9 +79,9 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
     sums = torch.zeros(r * total, dtype=torch.float64, device=conf.device)
     size = torch.zeros(r * total, dtype=torch.long, device=conf.device) if with_mce else None
     for cells, gaps in _cell_blocks(conf, correct, bin_counts, closed, rows):
-        sums += torch.bincount(cells, gaps, minlength=r * total)
+        sums += histogram(cells, gaps, r * total)
         if size is not None:
-            size += torch.bincount(cells, minlength=r * total)
+            size += histogram(cells, None, r * total)
     sums = sums.view(r, total).abs_()
     ece = torch.zeros(r, len(bin_counts), dtype=torch.float64, device=conf.device).index_add_(1, segment, sums) / n
     if size is None:
@@ -110,7 +110,7 @@ def _cell_blocks(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], close
 
     The data once, on CPU: blocks of :data:`_SAMPLE_BLOCK` samples, whose temporaries
     the allocator reuses (full-size ones fault in fresh pages: measured 2-3x slower at
-    N = 10^6); on a GPU one block, as every bincount there syncs with the host.
+    N = 10^6); on a GPU one block, which is fast there.
     Resamples: one block, cells of resample b offset by b * (total cells).
     """
     s = len(bin_counts)
@@ -204,8 +204,8 @@ def _classwise_of(p: Tensor, y: Tensor, n_bins: int, closed: str) -> Tensor:
     for start in range(0, n, step):
         block, yb = p[start:start + step], y[start:start + step]
         cell = _bin_index(block, n_bins, closed) + first
-        cells[0] += torch.bincount(cell.reshape(-1), block.double().reshape(-1), minlength=k * n_bins)
-        cells[1] += torch.bincount(cell.gather(1, yb[:, None]).view(-1), minlength=k * n_bins)
+        cells[0] += histogram(cell.reshape(-1), block.double().reshape(-1), k * n_bins)
+        cells[1] += histogram(cell.gather(1, yb[:, None]).view(-1), None, k * n_bins)
     return (cells[1] - cells[0]).abs().sum() / (n * k)
 
 

@@ -6,7 +6,7 @@ from typing import Literal
 import torch
 
 from .._checks import ArrayLike
-from ._inputs import check_n_bins, checked
+from ._inputs import check_n_bins, checked, histogram
 
 Tensor = torch.Tensor
 Mode = Literal["top_label", "classwise"]
@@ -37,7 +37,7 @@ def _squared_errors(f: Tensor, y: Tensor, n_bins: int) -> tuple[Tensor, Tensor]:
     r, n = f.shape
     idx, b = _equal_mass_index(f, n_bins)
     cell = (idx + b * torch.arange(r, device=f.device)[:, None]).view(-1)
-    size, f_sum, y_sum = (torch.bincount(cell, w, minlength=r * b).view(r, b).double()
+    size, f_sum, y_sum = (histogram(cell, w, r * b).view(r, b).double()
                           for w in (None, f.reshape(-1), y.reshape(-1)))
     filled = size.clamp_min(1)
     f_bar, y_bar = f_sum / filled, y_sum / filled

@@ -6,7 +6,7 @@ import torch
 
 from .. import _checks
 from .._checks import ArrayLike, as_tensor, check_labels, check_positive
-from ._inputs import checked
+from ._inputs import checked, histogram
 
 Tensor = torch.Tensor
 
@@ -153,7 +153,7 @@ def _grid_mass(f: Tensor, w: Tensor) -> Tensor:
     left = x.floor().clamp_(max=_GRID - 2)
     frac = x - left
     idx = torch.cat([left.long(), left.long() + 1])
-    return torch.bincount(idx, torch.cat([(1 - frac) * w, frac * w]), minlength=_GRID)
+    return histogram(idx, torch.cat([(1 - frac) * w, frac * w]), _GRID)
 
 
 def _smooth_ece_at(mass: Tensor, sigma: float) -> float:
