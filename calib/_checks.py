@@ -22,6 +22,8 @@ ArrayLike = Any  # torch.Tensor | np.ndarray | sequence of numbers
 # values only on these device types, or anywhere in debug mode (calib.profile.debug()).
 # The loaders and the trainer validate whole splits once instead.
 HOST_DEVICES: tuple[str, ...] = ("cpu",)
+#: How far outside [0, 1] a probability may lie (rounding in a softmax): [-1e-6, 1 + 1e-6].
+ENTRY_SLACK = 1e-6
 value_checks = 0  # how many per-step value checks ran (tests count them per step)
 
 
@@ -115,7 +117,7 @@ def probs_error(name: str, row_sums: tuple[float, float], lo: float, hi: float, 
     if not (np.isfinite(low) and np.isfinite(high)):
         return f"{name} contains NaN or inf values"
     worst = max(1 - low, high - 1)
-    if lo < -1e-6 or hi > 1 + 1e-6:
+    if lo < -ENTRY_SLACK or hi > 1 + ENTRY_SLACK:
         message = f"{name} must be probabilities in [0, 1]; got values in [{lo:.6g}, {hi:.6g}]"
         if lo < -0.01 or high - low > atol:
             return f"{message} (these look like logits: pass softmax(logits), not logits)"

@@ -301,9 +301,9 @@ def test_blocked_binning_equals_one_block(monkeypatch):
     assert blocked[2] == pytest.approx(whole[2], abs=1e-14)
 
 
-@pytest.mark.parametrize("block", [1 << 20, 40])  # all rows in one block, or 10-row blocks
+@pytest.mark.parametrize("block", [4 << 20, 320, 224])  # bytes: one block, 10-row or 7-row blocks
 def test_ties_follow_argmax_first_index(block, monkeypatch):
-    monkeypatch.setattr("calib.metrics._inputs._CACHE_BLOCK", block)
+    monkeypatch.setattr("calib.metrics._inputs._CACHE_BYTES", block)
     # quantised probabilities create many exact ties among maxima
     g = torch.Generator().manual_seed(0)
     counts = torch.randint(0, 3, (4000, 4), generator=g).double()
@@ -317,6 +317,18 @@ def test_ties_follow_argmax_first_index(block, monkeypatch):
     assert torch.equal(c.correct, first.eq(y))
     assert int((p == p.max(1, keepdim=True).values).sum(1).gt(1).sum()) > 500  # many ties were tested
 
+
+
+def test_ties_above_one_half_through_the_entry_slack():
+    """Two maxima just above 1/2 in a valid row: the other entries at -1e-6 make room."""
+    k = 1000
+    row = torch.full((k,), -9e-7, dtype=torch.float64)
+    row[:2] = 0.5006
+    p = torch.stack([row, row])  # sums 1.0003, within float64's tolerance
+    y = torch.tensor([1, 0])
+    c = checked(p, y)
+    assert c.correct.tolist() == [False, True]  # argmax takes class 0
+    assert M.accuracy(p, y) == 0.5
 
 # ----------------------------------------------------------------------------- properties
 

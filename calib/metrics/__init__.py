@@ -44,8 +44,9 @@ Bin conventions (``closed``)
     when some confidences saturate at 1.
 
 Every binned estimator is one bin index per sample (equal to ``torch.bucketize`` against
-the edges) and one weighted ``torch.bincount``: no Python loop over samples, bins, bin
-counts or bootstrap resamples.
+the edges) and one weighted bincount (``torch.bincount`` on CPU, ``index_add_`` on a GPU,
+where bincount would sync): no Python loop over bins, bin counts or bootstrap resamples
+(on CPU, a short one over blocks of samples, which keeps the temporaries small).
 
 Modules: :mod:`~calib.metrics._inputs` (validation, top label), :mod:`~calib.metrics.binned`
 (ECE, MCE, AdaECE, classwise ECE, reliability-diagram data), :mod:`~calib.metrics.scores`

@@ -3,7 +3,9 @@ per-bin data of a reliability diagram.
 
 Each estimator is one bin index per sample (:func:`_bin_index` for equal-width bins,
 ``torch.bucketize`` against the quantiles for equal-mass ones) and one weighted
-``torch.bincount`` for the per-bin sums, in float64, on the inputs' device.
+bincount for the per-bin sums (:func:`~calib.metrics._inputs.histogram`:
+``torch.bincount`` on CPU, ``index_add_`` on a GPU), in float64, on the inputs' device;
+on CPU the samples of ECE and MCE are binned in blocks and their sums added.
 """
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ def _errors(conf: Tensor, correct: Tensor, bin_counts: Sequence[int], closed: st
 
     ``rows`` ``(R, N)`` holds the sample indices of R resamples (None: the data once).
     Every (resample, bin count, bin) is one cell of a single bincount of the gaps
-    ``pi_i - c_i``, so there is no Python loop over resamples or bins:
+    ``pi_i - c_i`` (on CPU, summed over blocks of samples), so there is no Python loop
+    over resamples or bins:
     ``ECE = (1/N) sum_m |sum_{i in B_m} (pi_i - c_i)|``, ``MCE = max_m |.| / |B_m|``.
     ECE needs no bin sizes: ``with_mce=False`` skips their bincount (MCE is then None).
     """

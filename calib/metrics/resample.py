@@ -1,8 +1,9 @@
 """What users repeat: a metric for many bin counts, bootstrap intervals, the standard report.
 
 :func:`ece_sweep` and :func:`bootstrap_ci` are vectorised: all bin counts, and all
-resamples of ECE/MCE and of the means (accuracy, NLL, Brier), go through one bincount
-or one gather, and a call reads its results back from the device once.
+resamples of ECE/MCE and of the means (accuracy, NLL, Brier), go through one weighted
+bincount (``calib.metrics._inputs.histogram``) or one gather, and a call reads its
+results back from the device once.
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def ece_sweep(
     Wang & Golebiowski (2024) Fig. 5 plots ECE and MCE for 10 ... 1000 bins (the default
     list) to show that binned estimates depend on the binning; :func:`~calib.metrics.sece`
     has no such knob. ``metric`` is one of ``"ece"``, ``"mce"``, ``"adaece"``,
-    ``"classwise_ece"``. ECE and MCE for all bin counts come from one bincount.
+    ``"classwise_ece"``. ECE and MCE for all bin counts come from one bincount (per block
+    of samples on CPU).
     """
     if metric not in _SWEEPABLE:
         raise ValueError(f"metric must be one of {', '.join(_SWEEPABLE)}, got {metric!r}")
