@@ -1,8 +1,8 @@
 """The results ledger (results/, calib.experiments.ledger): its sweeps, provenance, and proof.
 
-The proof that the committed numbers came from this code: two ledger cells are re-run
-from scratch on CPU, one thread (as the ledger ran), for their first epochs, and every
-number those epochs recorded must come out the same to 1e-6.
+The proof that the committed numbers came from this code: two ledger cells made on a CPU
+like this one are re-run from scratch on CPU, one thread (as the ledger ran), for their
+first epochs, and every number those epochs recorded must come out the same to 1e-6.
 """
 from __future__ import annotations
 
@@ -60,6 +60,28 @@ def test_committed_sweeps_have_provenance():
         assert len(rows) == prov["cells_finished"] == len(ledger.cell_dirs(name, ROOT))
 
 
+def _fake_sweep(root: pathlib.Path, name: str, sessions: list[dict], machine: str) -> None:
+    """A committed sweep with one finished cell and the given provenance sessions."""
+    out = root / name
+    (out / "runs" / "cell__s0").mkdir(parents=True)
+    (out / "runs" / "cell__s0" / "metrics.json").write_text("{}")
+    (out / "sweep.json").write_text("{}")
+    (out / "results.csv").write_text("loss,seed\nce,0\n")
+    (out / ledger.PROVENANCE_FILE).write_text(json.dumps({"machine": machine, "sessions": sessions}))
+
+
+def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path, monkeypatch):
+    here, there = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 2 cores"
+    monkeypatch.setattr(ledger, "machine", lambda: here)
+    _fake_sweep(tmp_path, "reduction", [{"commit": "a"}], there)  # old sessions: the provenance's machine
+    _fake_sweep(tmp_path, "bench", [{"commit": "a"}, {"commit": "b", "machine": "x86_64, Intel Xeon, 8 cores"}], here)
+    _fake_sweep(tmp_path, "lin2024_t1", [{"commit": "a", "machine": here}, {"commit": "b", "machine": there}], here)
+    assert ledger.machines("reduction", tmp_path) == {"x86_64, AMD EPYC"}
+    assert ledger.machines("lin2024_t1", tmp_path) == {"x86_64, Intel Xeon", "x86_64, AMD EPYC"}
+    # the core count does not matter; a sweep with a session on another CPU is left out
+    assert [c.parents[1].name for c in ledger.rederivable_cells(tmp_path)] == ["bench"]
+
+
 @pytest.fixture
 def one_thread():
     before = torch.get_num_threads()
@@ -77,9 +99,12 @@ def _pick_two(cells: list[pathlib.Path]) -> list[pathlib.Path]:
 
 @pytest.mark.slow
 def test_two_ledger_cells_rederive_from_scratch(one_thread):
-    cells = _committed_cells()
+    cells = ledger.rederivable_cells(ROOT)
     if len(cells) < 2:
-        pytest.skip("fewer than two finished ledger cells committed (make ledger)")
+        made_on = {n: sorted(ledger.machines(n, ROOT)) for n in ledger.names() if (ROOT / n / "results.csv").exists()}
+        pytest.skip(f"fewer than two finished ledger cells were made on this CPU ({ledger.machine()}), and "
+                    f"the kernels' last bits differ between CPUs; the sweeps' CPUs: {made_on}. "
+                    "make ledger here adds some")
     for cell in _pick_two(cells):
         config = json.loads((cell / "config.json").read_text())
         ledger_epochs = [json.loads(x) for x in (cell / "history.jsonl").read_text().splitlines()][:EPOCHS]
