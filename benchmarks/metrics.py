@@ -3,7 +3,8 @@
 Run: ``python benchmarks/metrics.py`` (``make bench``). For N = 10^4 and 10^6 predictions
 and K = 10 and 100 classes (on CPU, and on CUDA when there is a GPU) it times
 
-* the floor: ``probs.amax(1)``, one read of the array that no metric can avoid;
+* the floor: ``probs.amax(1)``, one read of the array that no metric can avoid, and the
+  top label ``probs.max(1)`` (value and index), which calib and torchmetrics both read;
 * ``calib.metrics.ece`` with both bin conventions (input validation included);
 * torchmetrics' ``MulticlassCalibrationError`` (l1 norm, 15 bins, ``[lo, hi)`` bins, so
   its value is compared with calib's ``closed="left"``), validation included as it ships;
@@ -39,6 +40,7 @@ from calib import metrics  # noqa: E402
 
 N_BINS = 15
 FLOOR = "floor: probs.amax(1)"
+TOP = "top label: probs.max(1)"  # value and index: what every ECE (torchmetrics' too) reads
 TM = "torchmetrics MulticlassCalibrationError"
 ECE_R, ECE_L = "calib ece (lo,hi]", "calib ece [lo,hi)"
 
@@ -98,6 +100,7 @@ def bench(n: int, k: int, device: str) -> dict[str, float]:
     header(f"ECE on {device}: N = {n:,}, K = {k}, {N_BINS} bins")
     candidates = {
         FLOOR: lambda: probs.amax(1),
+        TOP: lambda: probs.max(1),
         ECE_R: lambda: metrics.ece(probs, labels, N_BINS),
         ECE_L: lambda: metrics.ece(probs, labels, N_BINS, closed="left"),
         "calib adaece": lambda: metrics.adaece(probs, labels, N_BINS),
@@ -118,6 +121,7 @@ def bench(n: int, k: int, device: str) -> dict[str, float]:
         print(f"  ECE [lo,hi) vs torchmetrics: {times[TM] / times[ECE_L]:6.2f}x faster  (target: {target}); "
               f"|difference| {abs(values[ECE_L] - values[TM]):.1e}")
     print(f"  ECE (lo,hi] / floor:         {times[ECE_R] / floor:6.2f}x        (target at N = 10^6: <= 5)")
+    print(f"  top label / ECE (lo,hi]:     {times[TOP] / times[ECE_R]:6.2f}         (the share of one torch call)")
     return times
 
 

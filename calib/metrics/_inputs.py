@@ -77,14 +77,14 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
     # NaN and inf show in the row sums. A matrix-vector product sums the rows: on CPU
     # sum(dim=1) reads short rows ~5x slower (K = 10).
     sums = p @ p.new_ones(k)
-    stats = torch.cat([torch.stack([*sums.aminmax(), *p.aminmax()]).double(),
-                       torch.stack([*y.aminmax()]).double()])
+    stats = torch.stack([*sums.aminmax(), *p.aminmax()]).double()
     conf, pred = p.max(dim=1)  # the top label: value and (first) index in one read
-    correct = pred.eq(y)  # an out-of-range label is refused below, never used as an index
-    if on_host:
-        _raise_if_bad(stats.tolist(), name, tol, k)
+    correct = pred.eq(y)
+    if on_host:  # check_labels has read the labels' range
+        _raise_if_bad([*stats.tolist(), 0, 0], name, tol, k)
         return Checked(p, y, conf, correct)
-    # on a GPU the verdict waits for the result's sync: never index with a bad label meanwhile
+    # on a GPU the labels' range joins the pending verdict; meanwhile never index with a bad one
+    stats = torch.cat([stats, torch.stack([*y.aminmax()]).double()])
     return Checked(p, y.clamp(0, k - 1), conf, correct, (stats, name, tol, k))
 
 
