@@ -173,6 +173,7 @@ def test_lowest_names_our_and_the_papers_best_method(lin) -> None:
     results[(lin.title, "mmce", "")] = _runs([0.01, 0.04])  # lowest mean, lowest on seed 0 only
     assert plans.lowest(lin, results)["seeds"] == "1 of 2"
     assert plans.lowest(lin, {}) == {}
+    assert plans.lowest(lin, {(lin.title, "ce", ""): _runs([0.05, 0.07])}) == {}  # one method: no ranking
     with pytest.raises(ValueError, match="ts must be"):
         plans.lowest(lin, results, ts="after")
 
