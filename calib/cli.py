@@ -491,8 +491,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     except TrainingInterrupted as exc:
         print(f"calib: {exc}; rerun the same command to resume the sweep", file=sys.stderr)
         return 128 + int(exc.signum)
-    done, total = len(result.rows), len(result.rows) + len(result.missing)
-    print(f"{done}/{total} runs finished ({len(result.trained)} trained now) | "
+    done, total = len(result.rows), len(result.rows) + len(result.missing) + len(result.diverged)
+    failed = f", {len(result.diverged)} diverged" if result.diverged else ""
+    print(f"{done}/{total} runs finished{failed} ({len(result.trained)} trained now) | "
           f"{result.out / sw.RESULTS_FILE} | {result.out / 'summary.md'}")
     return 0
 

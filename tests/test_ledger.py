@@ -214,3 +214,14 @@ def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys)
     assert "no rows of the sweep 'bench' yet (39 cells)" in out and "LEDGER=bench" in " ".join(out.split())
     if (ROOT / "reduction" / "results.csv").exists():
         assert ledger.available("reduction", ROOT)
+
+
+def test_diverged_cells_are_read_from_their_run_directories(tmp_path):
+    from calib.experiments import sweep as sw
+
+    runs = tmp_path / "wang2024_t1" / "runs"
+    (runs / "a__s0").mkdir(parents=True)
+    (runs / "b__s0").mkdir()
+    (runs / "b__s0" / sw.DIVERGED_FILE).write_text(json.dumps({"epoch": 19, "step": 31}))
+    assert ledger.diverged_cells("wang2024_t1", tmp_path) == {"b__s0": {"epoch": 19, "step": 31}}
+    assert ledger.diverged_cells("bench", tmp_path) == {}

@@ -683,3 +683,15 @@ def test_second_sweep_on_a_locked_directory_exits_2_at_once_and_shards_lock_cell
     stdout, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err
     assert "4/4 runs finished" in stdout
+
+
+def test_a_diverged_cell_is_kept_as_diverged_and_the_sweep_goes_on(tmp_path):
+    kw = dict(seeds=[0], data="digits", model="mlp", epochs=1, batch_size=64, milestones=(),
+              optimizer="sgd", progress=False)
+    res = sw.sweep(tmp_path, losses=["ce@lr=1e30", "ce"], **kw)  # the first cell's loss overflows
+    assert len(res.rows) == 1 and res.rows[0]["settings"] == "" and len(res.diverged) == 1
+    record = sw.diverged(tmp_path / "runs" / res.diverged[0])
+    assert record["epoch"] == 1 and record["lr"] == 1e30 and "diverged" in record["message"]
+    assert "Diverged (loss NaN or inf, no row)" in (tmp_path / "summary.md").read_text()
+    again = sw.sweep(tmp_path, losses=["ce@lr=1e30", "ce"], **kw)  # resumed: nothing is trained again
+    assert again.trained == [] and again.diverged == res.diverged and not again.missing

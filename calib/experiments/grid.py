@@ -25,8 +25,11 @@ def _parse_value(raw: str) -> Any:
 
 
 def _normal(value: Any) -> Any:
-    """Integral floats as ints, so ``gamma=3`` and ``{"gamma": 3.0}`` name the same cell."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+    """Integral floats as ints, so ``gamma=3`` and ``{"gamma": 3.0}`` name the same cell.
+
+    Only where a float holds every integer exactly (below 2^53): ``lr=1e30`` stays a float.
+    """
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer() and abs(value) < 2**53:
         return int(value)
     return value
 

@@ -35,7 +35,7 @@ from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
-           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS", "machine", "machines", "rederivable_cells",
+           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
@@ -275,6 +275,7 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         "python": platform.python_version(),
         "machine": old.get("machine", machine()),  # of its first session; each session names its own
         "cells_finished": len(rows),
+        "cells_diverged": len(diverged_cells(name, root)),
         "cells_planned": _sweep(name).n_cells,
         "training_seconds": round(training_seconds(name, root), 1),
     }
@@ -286,6 +287,15 @@ def cell_dirs(name: str, root: str | os.PathLike | None = None) -> list[Path]:
     if not (out / MANIFEST_FILE).exists():
         return []
     return sorted(p for p in (out / RUNS_DIR).iterdir() if (p / "metrics.json").exists())
+
+
+def diverged_cells(name: str, root: str | os.PathLike | None = None) -> dict[str, dict[str, Any]]:
+    """The sweep's cells whose training diverged (no row): ``{cell: {"epoch", "step", ...}}``."""
+    from .sweep import diverged
+
+    runs = _root(root) / name / RUNS_DIR
+    found = {d.name: diverged(d) for d in sorted(runs.iterdir())} if runs.is_dir() else {}
+    return {cell: record for cell, record in found.items() if record is not None}
 
 
 def training_seconds(name: str, root: str | os.PathLike | None = None) -> float:

@@ -81,6 +81,8 @@ __all__ = [
     "SweepError",
     "Cell",
     "SweepResult",
+    "DIVERGED_FILE",
+    "diverged",
     "METRICS",
     "RESULT_COLUMNS",
     "SUMMARY_KEYS",
@@ -251,6 +253,17 @@ def _finished(run_dir: Path) -> bool:
     return (run_dir / METRICS_FILE).is_file()
 
 
+# Written in a cell's run directory when its training diverged (loss NaN or inf): the cell
+# is done, without a row, and a resumed sweep does not train it again.
+DIVERGED_FILE = "diverged.json"
+
+
+def diverged(run_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """Where a sweep cell diverged (``{"epoch", "step", "lr", "message"}``), or None."""
+    path = Path(run_dir) / DIVERGED_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 
 def trainer_class(meta: str) -> type:
     """The trainer for ``TrainConfig.meta``: ``Trainer`` for ``"none"``, else
@@ -325,6 +338,7 @@ class SweepResult:
     summary: list[dict[str, Any]]
     missing: list[str] = field(default_factory=list)
     trained: list[str] = field(default_factory=list)
+    diverged: list[str] = field(default_factory=list)  # cells whose loss became NaN or inf: no row
 
     def run_dir(self, loss: str | Sequence[Any], seed: int, data: str | None = None,
                 model: str | None = None) -> Path:
@@ -453,7 +467,7 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
-    from ..train.progress import _progress_enabled, _tqdm_class
+    from ..train.progress import TrainingDiverged, _progress_enabled, _tqdm_class
 
     show = progress and _progress_enabled(None)
     tqdm = _tqdm_class(show)
@@ -463,13 +477,21 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
         for k, i in enumerate(mine, start=1):
             cell, cfg = cells[i], configs[i]
             run_dir = Path(cfg.out)
-            status = "done before"
-            if not _finished(run_dir):
+            status = "diverged before" if diverged(run_dir) else "done before"
+            if not _finished(run_dir) and not diverged(run_dir):
                 t0 = time.perf_counter()
                 with rundir.lock(run_dir, what=f"sweep cell {cell.name}"):
-                    _run_cell(cfg)
-                trained.append(cell.name)
-                status = f"{time.perf_counter() - t0:.1f} s"
+                    try:
+                        _run_cell(cfg)
+                    except TrainingDiverged as exc:  # a result of the method: kept, and the sweep goes on
+                        record = {"epoch": exc.epoch, "step": exc.step, "lr": exc.lr, "message": str(exc)}
+                        _atomic_text(run_dir / DIVERGED_FILE, json.dumps(record) + "\n")
+                        print(f"sweep: {cell.name} diverged at epoch {exc.epoch}; kept as diverged, "
+                              "going on", file=sys.stderr, flush=True)
+                        status = f"diverged at epoch {exc.epoch}"
+                    else:
+                        trained.append(cell.name)
+                        status = f"{time.perf_counter() - t0:.1f} s"
             if show:
                 bar.write(_progress_line(k, len(mine), cell, _row(cell, run_dir), status), file=sys.stderr)
             bar.update(1)
@@ -478,16 +500,19 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
 
 
 def _collect(out: Path, cells: Sequence[Cell], trained: list[str]) -> SweepResult:
-    rows, missing = [], []
+    rows, missing, failed = [], [], []
     for cell in cells:
         run_dir = out / RUNS_DIR / cell.name
         if _finished(run_dir):
             rows.append(_row(cell, run_dir))
+        elif diverged(run_dir):
+            failed.append(cell.name)
         else:
             missing.append(cell.name)
     summary = summarize(rows)
     _atomic_text(out / RESULTS_FILE, _csv_text(rows, RESULT_COLUMNS))
     summary_cols = (*SUMMARY_KEYS, "n", *(f"{m}_{s}" for m in SUMMARY_METRICS for s in ("mean", "std")))
     _atomic_text(out / SUMMARY_CSV, _csv_text(summary, summary_cols))
-    _atomic_text(out / SUMMARY_MD, summary_markdown(summary, missing=len(missing)))
-    return SweepResult(out=out, rows=rows, summary=summary, missing=missing, trained=trained)
+    note = f"\nDiverged (loss NaN or inf, no row): {', '.join(failed)}.\n" if failed else ""
+    _atomic_text(out / SUMMARY_MD, summary_markdown(summary, missing=len(missing)) + note)
+    return SweepResult(out=out, rows=rows, summary=summary, missing=missing, trained=trained, diverged=failed)
