@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from calib.experiments import ledger
+from calib.experiments import ledger, plans
 from calib.train import TrainConfig, Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
@@ -222,6 +222,13 @@ def test_diverged_cells_are_read_from_their_run_directories(tmp_path):
     runs = tmp_path / "wang2024_t1" / "runs"
     (runs / "a__s0").mkdir(parents=True)
     (runs / "b__s0").mkdir()
-    (runs / "b__s0" / sw.DIVERGED_FILE).write_text(json.dumps({"epoch": 19, "step": 31}))
-    assert ledger.diverged_cells("wang2024_t1", tmp_path) == {"b__s0": {"epoch": 19, "step": 31}}
+    record = {"data": "fashion_mnist", "model": "cnn5", "loss": "ce", "loss_kwargs": "",
+              "settings": "meta=l2_reg,meta_objective=dece", "seed": 0, "epoch": 19, "step": 31}
+    (runs / "b__s0" / sw.DIVERGED_FILE).write_text(json.dumps(record))
+    assert ledger.diverged_cells("wang2024_t1", tmp_path) == {"b__s0": record}
     assert ledger.diverged_cells("bench", tmp_path) == {}
+    plan = [r for r in plans.plan_runs([plans.paper_table(
+        "Wang & Golebiowski (2024) Table 1", paper="wang2024unbiased", preset="wang2024",
+        net=("cifar", "ResNet-18"))])[0]]
+    bad = ledger.paper_diverged("wang2024_t1", plan, tmp_path)
+    assert list(bad.values()) == [1] and list(bad)[0][1] == "meta_l2_dece"

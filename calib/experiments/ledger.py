@@ -35,7 +35,7 @@ from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
-           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells",
+           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"
@@ -381,6 +381,20 @@ def paper_runs(name: str, plan: Any, root: str | os.PathLike | None = None) -> d
     title = PAPER_TABLES[name][1]
     found = {r.key: runs_of(frame, r.spec) for r in plan if r.table == title}
     return {key: runs for key, runs in found.items() if len(runs)}
+
+
+def paper_diverged(name: str, plan: Any, root: str | os.PathLike | None = None) -> dict[tuple[str, str, str], int]:
+    """How many seeds of each planned run of a paper-table sweep diverged (only those with any)."""
+    import pandas as pd
+
+    from .tables import runs_of
+
+    frame = pd.DataFrame(list(diverged_cells(name, root).values()))
+    if frame.empty:
+        return {}
+    title = PAPER_TABLES[name][1]
+    counts = {r.key: len(runs_of(frame, r.spec)) for r in plan if r.table == title}
+    return {key: n for key, n in counts.items() if n}
 
 
 def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None = None) -> Any:

@@ -208,12 +208,12 @@ def _label(method: str, params: str) -> str:
 
 
 def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any], *, ours: str,
-                 missing: str = "not run") -> Any:
+                 missing: str = "not run", instead: Mapping[tuple[str, str, str], str] | None = None) -> Any:
     """Our ECE (mean ± std over seeds, in %) before and after TS beside the paper's, per method.
 
     ``results`` maps :attr:`PlannedRun.key` to that method's runs; a method without runs
-    reads ``missing``, a paper cell it lacks "–". ``ours`` names our data and profile in
-    the index heading.
+    reads ``instead[key]`` where given (e.g. "diverged"), else ``missing``; a paper cell it
+    lacks "–". ``ours`` names our data and profile in the index heading.
     """
     import pandas as pd
 
@@ -222,10 +222,11 @@ def beside_paper(table: PaperTable, results: Mapping[tuple[str, str, str], Any],
         runs = results.get((table.title, method, params))
         cell = dict(paper=table.paper, table=table.table, dataset=table.dataset, model=table.model,
                     params=params, metric="ece")
+        missing_text = (instead or {}).get((table.title, method, params), missing)
         out[_label(method, params)] = {
-            "ECE % (ours)": missing if runs is None else mean_std(runs["ece"]),
+            "ECE % (ours)": missing_text if runs is None else mean_std(runs["ece"]),
             "ECE % (paper)": _paper_text(method, ts="pre", **cell),
-            "after TS % (ours)": missing if runs is None else mean_std(runs[table.post_column]),
+            "after TS % (ours)": missing_text if runs is None else mean_std(runs[table.post_column]),
             "after TS % (paper)": _paper_text(method, ts="post", **cell),
         }
     frame = pd.DataFrame(out).T

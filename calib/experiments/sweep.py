@@ -259,7 +259,8 @@ DIVERGED_FILE = "diverged.json"
 
 
 def diverged(run_dir: str | os.PathLike) -> dict[str, Any] | None:
-    """Where a sweep cell diverged (``{"epoch", "step", "lr", "message"}``), or None."""
+    """Where a sweep cell diverged, or None: its key columns as in a results row (data,
+    model, loss, loss_kwargs, settings, seed) and ``epoch``, ``step``, ``lr``, ``message``."""
     path = Path(run_dir) / DIVERGED_FILE
     return json.loads(path.read_text()) if path.is_file() else None
 
@@ -306,15 +307,19 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
 
 
 
+def _key(cell: Cell) -> dict[str, Any]:
+    """The columns of a results row that name its cell."""
+    return {"data": cell.data, "model": cell.model, "loss": cell.loss, "loss_kwargs": format_loss_kwargs(cell.kwargs),
+            "settings": format_loss_kwargs(dict(cell.settings)), "seed": cell.seed}
+
+
 def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
     from ..train import METRICS_FILE, load_config, load_history
 
     m = json.loads((run_dir / METRICS_FILE).read_text())
     cfg = load_config(run_dir)
     history = load_history(run_dir)
-    row: dict[str, Any] = {"data": cell.data, "model": cell.model, "loss": cell.loss,
-                           "loss_kwargs": format_loss_kwargs(cell.kwargs),
-                           "settings": format_loss_kwargs(dict(cell.settings)), "seed": cell.seed}
+    row = _key(cell)
     row.update({k: m["pre_ts"][k] for k in METRICS})
     row.update({f"{k}_ts": m["post_ts"][k] for k in METRICS})
     ts = m.get("ts", {})
@@ -484,7 +489,8 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
                     try:
                         _run_cell(cfg)
                     except TrainingDiverged as exc:  # a result of the method: kept, and the sweep goes on
-                        record = {"epoch": exc.epoch, "step": exc.step, "lr": exc.lr, "message": str(exc)}
+                        record = {**_key(cell), "epoch": exc.epoch, "step": exc.step, "lr": exc.lr,
+                                  "message": str(exc)}
                         _atomic_text(run_dir / DIVERGED_FILE, json.dumps(record) + "\n")
                         print(f"sweep: {cell.name} diverged at epoch {exc.epoch}; kept as diverged, "
                               "going on", file=sys.stderr, flush=True)
