@@ -226,6 +226,8 @@ def test_diverged_cells_are_read_from_their_run_directories(tmp_path):
               "settings": "meta=l2_reg,meta_objective=dece", "seed": 0, "epoch": 19, "step": 31}
     (runs / "b__s0" / sw.DIVERGED_FILE).write_text(json.dumps(record))
     assert ledger.diverged_cells("wang2024_t1", tmp_path) == {"b__s0": record}
+    (runs / "b__s0" / "history.jsonl").write_text('{"epoch": 1}\n{"epoch": 2}\n')
+    assert ledger.histories("wang2024_t1", tmp_path, diverged=True) == {"b__s0": [{"epoch": 1}, {"epoch": 2}]}
     assert ledger.diverged_cells("bench", tmp_path) == {}
     plan = [r for r in plans.plan_runs([plans.paper_table(
         "Wang & Golebiowski (2024) Table 1", paper="wang2024unbiased", preset="wang2024",

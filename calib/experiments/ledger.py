@@ -299,16 +299,14 @@ def diverged_cells(name: str, root: str | os.PathLike | None = None) -> dict[str
 
 
 def training_seconds(name: str, root: str | os.PathLike | None = None) -> float:
-    """Training time of every finished cell: the epochs' wall ``seconds`` in ``history.jsonl``.
+    """Training time of every finished or diverged cell: the epochs' wall ``seconds`` in
+    ``history.jsonl`` (a diverged cell's up to its last good epoch).
 
     Each cell runs on one thread, so on an idle machine this is its CPU time; on a shared
     machine it is longer (the provenance's machine and sessions say where it ran).
     """
-    total = 0.0
-    for d in cell_dirs(name, root):
-        for line in (d / "history.jsonl").read_text().splitlines():
-            total += float(json.loads(line).get("seconds", 0.0))
-    return total
+    runs = [*histories(name, root).values(), *histories(name, root, diverged=True).values()]
+    return sum(float(epoch.get("seconds", 0.0)) for history in runs for epoch in history)
 
 
 def load(name: str, root: str | os.PathLike | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -320,10 +318,13 @@ def load(name: str, root: str | os.PathLike | None = None) -> tuple[list[dict[st
     return load_results(out), prov
 
 
-def histories(name: str, root: str | os.PathLike | None = None) -> dict[str, list[dict[str, Any]]]:
-    """Per-epoch history of every finished cell, by cell directory name."""
-    return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()]
-            for d in cell_dirs(name, root)}
+def histories(name: str, root: str | os.PathLike | None = None, *,
+              diverged: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """Per-epoch history of every finished cell (``diverged=True``: of every diverged cell
+    instead, up to its last good epoch), by cell directory name."""
+    dirs = ([_root(root) / name / RUNS_DIR / c for c in diverged_cells(name, root)] if diverged
+            else cell_dirs(name, root))
+    return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()] for d in dirs}
 
 
 
