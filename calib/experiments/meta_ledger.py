@@ -1,0 +1,80 @@
+"""What the ledger's ``wang2024_t1`` sweep says about Wang & Golebiowski (2024)'s
+meta-learning rows (chapter 11): the meta-learned L2 baselines and γ-Net, seed by seed.
+
+Two kinds of finding, as in :mod:`calib.experiments.bench`: ``claims`` hold on the
+committed runs (a chapter asserts them), ``reports`` are the paper's orderings tested on
+our seeds (printed with their outcome).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from . import ledger
+
+__all__ = ["SWEEP", "METHODS", "meta_findings"]
+
+SWEEP = "wang2024_t1"
+#: The rows compared, as the ledger's loss specs (γ-Net starts from focal loss's γ = 1).
+METHODS = {
+    "CE": "ce",
+    "focal γ=1": "focal:gamma=1.0",
+    **{f"{net} {obj.upper()}": f"{loss}@meta={meta},meta_objective={obj}"
+       for net, loss, meta in (("meta-L2", "ce", "l2_reg"), ("γ-Net", "focal", "gamma_net"))
+       for obj in ("dece", "sece")},
+}
+# The paper's orderings tested: (lower, higher) in ECE before TS.
+_PAIRS = (("γ-Net SECE", "γ-Net DECE"), ("meta-L2 SECE", "meta-L2 DECE"),
+          ("γ-Net SECE", "focal γ=1"), ("γ-Net SECE", "CE"))
+
+
+def _l2_claim(root: Any) -> dict[str, bool]:
+    runs = [h for cell, h in ledger.histories(SWEEP, root, diverged=True).items() if "l2_reg" in cell]
+    if not runs:
+        return {}
+    grows = all(max(e["train_penalty"] for e in h) < 0 and h[-1]["classifier_norm"] > 1e6 * h[0]["classifier_norm"]
+                for h in runs)
+    last = sorted(len(h) + 1 for h in runs)  # the epoch in which the loss overflowed
+    return {f"meta-L2, all {len(runs)} diverged runs: the learned penalty is negative in every epoch and the "
+            f"classifier's weight norm grows a million-fold, until the loss overflows in epochs "
+            f"{last[0]}-{last[-1]} of 40": grows}
+
+
+def _gamma_net_claims(root: Any) -> dict[str, bool]:
+    runs = {c: h for c, h in ledger.histories(SWEEP, root).items() if "gamma_net" in c}
+    if not runs:
+        return {}
+    rows = ledger.method_runs(SWEEP, METHODS, root)
+    ce_ece = rows["CE"]["ece"].max()
+    gnet = [rows[k] for k in ("γ-Net DECE", "γ-Net SECE") if len(rows[k])]
+    gammas = [h[-1]["train_gamma_mean"] for h in runs.values()]
+    return {
+        f"γ-Net, all {len(runs)} runs: the mean learned γ on the training images ends between "
+        f"{min(gammas):.0f} and {max(gammas):.0f} (it starts near 1)": min(gammas) > 10,
+        f"γ-Net, all {len(runs)} runs: its meta objective on the held-out batch ends higher than "
+        "after the first epoch": all(h[-1]["train_meta_loss"] > h[0]["train_meta_loss"] for h in runs.values()),
+        "γ-Net: under-confident (T < 1) with a higher ECE than CE's on every seed, before TS":
+            all((r["temperature"] < 1).all() and (r["ece"] > ce_ece).all() for r in gnet),
+    }
+
+
+def meta_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
+    """``(claims, reports)`` on the committed ``wang2024_t1`` sweep (see the module docstring).
+
+    Reports compare the mean ECE before TS of two rows on the seeds both finished, with
+    the count of seeds on which the first is lower; a pair without such a seed (a row
+    diverged or not run yet) is left out.
+    """
+    import pandas as pd
+
+    claims = {**_l2_claim(root), **_gamma_net_claims(root)}
+    rows = ledger.method_runs(SWEEP, METHODS, root)
+    ece = pd.DataFrame({k: r.set_index("seed")["ece"] for k, r in rows.items() if len(r)})
+    reports: dict[str, bool] = {}
+    for a, b in _PAIRS:
+        both = ece.reindex(columns=[a, b]).dropna()
+        if both.empty:
+            continue
+        m, low = 100 * both.mean(), int((both[a] < both[b]).sum())
+        reports[f"{a}: a lower mean ECE than {b} before TS ({m[a]:.2f} vs {m[b]:.2f}; lower on "
+                f"{low} of {len(both)} seeds)"] = bool(m[a] < m[b])
+    return claims, reports
