@@ -35,7 +35,8 @@ from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
-           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
+           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
+           "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
 
 ROOT = "results"

@@ -39,11 +39,10 @@ def _l2_claim(root: Any) -> dict[str, bool]:
             f"{last[0]}-{last[-1]} of 40": grows}
 
 
-def _gamma_net_claims(root: Any) -> dict[str, bool]:
+def _gamma_net_claims(root: Any, rows: dict[str, Any]) -> dict[str, bool]:
     runs = {c: h for c, h in ledger.histories(SWEEP, root).items() if "gamma_net" in c}
     if not runs:
         return {}
-    rows = ledger.method_runs(SWEEP, METHODS, root)
     ce_ece = rows["CE"]["ece"].max()
     gnet = [rows[k] for k in ("γ-Net DECE", "γ-Net SECE") if len(rows[k])]
     gammas = [h[-1]["train_gamma_mean"] for h in runs.values()]
@@ -66,8 +65,8 @@ def meta_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
     """
     import pandas as pd
 
-    claims = {**_l2_claim(root), **_gamma_net_claims(root)}
-    rows = ledger.method_runs(SWEEP, METHODS, root)
+    rows = ledger.method_runs(SWEEP, METHODS, root)  # {label: that method's results rows}
+    claims = {**_l2_claim(root), **_gamma_net_claims(root, rows)}
     ece = pd.DataFrame({k: r.set_index("seed")["ece"] for k, r in rows.items() if len(r)})
     reports: dict[str, bool] = {}
     for a, b in _PAIRS:

@@ -482,8 +482,9 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
         for k, i in enumerate(mine, start=1):
             cell, cfg = cells[i], configs[i]
             run_dir = Path(cfg.out)
-            status = "diverged before" if diverged(run_dir) else "done before"
-            if not _finished(run_dir) and not diverged(run_dir):
+            failed_before = diverged(run_dir) is not None
+            status = "diverged before" if failed_before else "done before"
+            if not _finished(run_dir) and not failed_before:
                 t0 = time.perf_counter()
                 with rundir.lock(run_dir, what=f"sweep cell {cell.name}"):
                     try:
