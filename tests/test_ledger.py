@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from calib.experiments import ledger, plans
+from calib.experiments import ledger, plans, reduction_ledger
 from calib.train import TrainConfig, Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
@@ -123,26 +123,26 @@ def test_two_ledger_cells_rederive_from_scratch(one_thread):
 
 def test_protocol_of_reads_settings_in_any_order_and_refuses_others():
     for key, spec in ledger.PROTOCOLS.items():
-        assert ledger.protocol_of(",".join(reversed(spec.split(",")))) == key
+        assert reduction_ledger.protocol_of(",".join(reversed(spec.split(",")))) == key
     with pytest.raises(ValueError, match="none of the protocols"):
-        ledger.protocol_of("lr=0.3")
+        reduction_ledger.protocol_of("lr=0.3")
 
 
 def test_the_chapters_read_the_ledger_they_were_given():
     if not (ROOT / "reduction" / "results.csv").exists():
         pytest.skip("the reduction sweep is not committed yet (make ledger)")
-    runs = ledger.protocol_runs(root=ROOT)
+    runs = reduction_ledger.protocol_runs(root=ROOT)
     assert set(runs["protocol"]) <= set(ledger.PROTOCOLS) and runs.notna().all().all()
-    table = ledger.protocol_table(runs)
+    table = reduction_ledger.protocol_table(runs)
     for (loss, protocol), group in runs.groupby(["loss", "protocol"]):
         assert table.loc[(loss, protocol), "n"] == len(group)
         assert table.loc[(loss, protocol), "ECE (%)"].startswith(f"{100 * group['ece'].mean():.2f}")
-    last = ledger.last_epoch(root=ROOT)  # the same cells, one row each
+    last = reduction_ledger.last_epoch(root=ROOT)  # the same cells, one row each
     assert sorted(map(tuple, last[["loss", "protocol", "seed"]].values.tolist())) == sorted(
         map(tuple, runs[["loss", "protocol", "seed"]].values.tolist()))
-    assert set(ledger.reduction_mechanism(runs, last).values()) <= {True, False, None}
+    assert set(reduction_ledger.reduction_mechanism(runs, last).values()) <= {True, False, None}
     # a curve's last epoch is the run's final test ECE (the ledger runs keep the last epoch)
-    curves = ledger.epoch_curves(root=ROOT)
+    curves = reduction_ledger.epoch_curves(root=ROOT)
     for (loss, protocol), values in curves.items():
         final = runs[(runs["loss"] == loss) & (runs["protocol"] == protocol)].sort_values("seed")["ece"]
         assert values.shape[0] == len(final)

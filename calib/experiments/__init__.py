@@ -8,14 +8,16 @@
 ``compare``  a few training methods on one case over seeds, and their table beside a paper's
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
 ``meta_ledger``  the ledger's meta-learning rows of Wang & Golebiowski (2024): meta-L2 and γ-Net, seed by seed
+``reduction_ledger``  the ledger's reduction study: CE, focal, BSCE-GRA under the mean, clipping and the summed loss
 ``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
 ``posthoc_study``  every post-hoc calibrator side by side; validation-size study; the estimators' bias
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, shift, sweep, tables, toy
+from . import (bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, shift, sweep,
+               tables, toy)
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["bench", "compare", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "shift", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["bench", "compare", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "reduction_ledger", "shift", "sweep", "tables", "toy", *_toy_all]

@@ -29,15 +29,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
-__all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run", "record",
-           "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command", "PROTOCOLS",
-           "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
-           "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available", "committed_root", "protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch", "reduction_mechanism", "LOSS_NAMES"]
+__all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
+           "record", "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command",
+           "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
+           "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available",
+           "committed_root", "TABLE_COLUMNS"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -399,12 +400,17 @@ def paper_diverged(name: str, plan: Any, root: str | os.PathLike | None = None) 
     return {key: n for key, n in counts.items() if n}
 
 
+# (column, heading, scale) of the ledger's tables: percentages for accuracy and ECE, T as is
+TABLE_COLUMNS = (("accuracy", "accuracy (%)", 100.0), ("ece", "ECE (%)", 100.0), ("temperature", "T", 1.0),
+                 ("ece_ts", "ECE after TS (%)", 100.0))
+
+
 def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None = None) -> Any:
     """``mean ± std`` over the seeds of a sweep's committed rows, one row per method.
 
     ``methods`` is ``{label: loss spec}`` as a chapter names its losses; a method the
-    ledger has not reached yet gets ``n`` = 0 and empty cells. Columns as in
-    :func:`protocol_table`: ``n``, the accuracy and the ECE before and after temperature
+    ledger has not reached yet gets ``n`` = 0 and empty cells. Columns (:data:`TABLE_COLUMNS`):
+    ``n``, the accuracy and the ECE before and after temperature
     scaling (the sweep's own T fit) in percent, and ``T``.
     """
     import pandas as pd
@@ -414,7 +420,7 @@ def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike 
     rows = {}
     for label, runs in method_runs(name, methods, root).items():
         rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else ""
-                                          for col, head, scale in _TABLE_COLUMNS}}
+                                          for col, head, scale in TABLE_COLUMNS}}
     return pd.DataFrame(rows).T.rename_axis(f"ledger: {name}")
 
 
@@ -443,179 +449,3 @@ def method_runs(name: str, methods: Mapping[str, Any], root: str | os.PathLike |
 
 def _root(root: str | os.PathLike | None) -> Path:
     return committed_root() if root is None else Path(root)
-
-
-def _settings(text: str) -> dict[str, str]:
-    return dict(item.split("=", 1) for item in text.split(",") if item)
-
-
-def protocol_of(settings: str) -> str:
-    """The :data:`PROTOCOLS` key of a cell's per-cell settings (``"clip_grad=2,lr=0.1"`` -> ``"C"``)."""
-    given = _settings(settings)
-    for key, spec in PROTOCOLS.items():
-        if _settings(spec) == given:
-            return key
-    raise ValueError(f"settings {settings!r} are none of the protocols {PROTOCOLS}")
-
-
-def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None) -> Any:
-    """One row per cell in the sweep's ``results.csv``, as a pandas DataFrame.
-
-    ``results.csv`` holds the cells finished when the sweep last merged its shards; a cell
-    finished since then has a run directory but no row, and is left out here (as in
-    :func:`epoch_curves`). Columns: ``loss``, ``protocol`` (A, B or C of
-    :data:`PROTOCOLS`), ``seed``; ``temperature``, the run's temperature fit on the
-    validation split (the NLL fit in the reduction sweep); and the test-set metrics of
-    the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
-    ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it.
-    """
-    import pandas as pd
-
-    rows, _ = load(name, root)
-    keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts")
-    return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or ""))}
-                         for r in rows])
-
-
-# (column, heading, scale) of protocol_table: percentages for accuracy and ECE, T as is
-_TABLE_COLUMNS = (("accuracy", "accuracy (%)", 100.0), ("ece", "ECE (%)", 100.0), ("temperature", "T", 1.0),
-                  ("ece_ts", "ECE after TS (%)", 100.0))
-
-
-def protocol_table(runs: Any) -> Any:
-    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol).
-
-    ``n`` is the number of seeds in the row (with one, only the value is printed); the
-    columns are the accuracy and the ECE before and after temperature scaling in percent,
-    and the temperature ``T`` as is. The std is the sample standard deviation.
-    """
-    import pandas as pd
-
-    from .tables import mean_std
-
-    rows = []
-    for (loss, protocol), group in runs.groupby(["loss", "protocol"], sort=False):
-        rows.append({"loss": loss, "protocol": protocol, "n": len(group),
-                     **{head: mean_std(group[col], scale) for col, head, scale in _TABLE_COLUMNS}})
-    return pd.DataFrame(rows).set_index(["loss", "protocol"])
-
-
-def epoch_curves(name: str = "reduction", key: str = "test_ece",
-                 root: str | os.PathLike | None = None) -> dict[tuple[str, str], Any]:
-    """Per-epoch ``key`` of the cells of :func:`protocol_runs`, grouped by (loss, protocol).
-
-    Returns ``{(loss, protocol): (seeds, epochs) array}`` from each cell's
-    ``history.jsonl``. Only cells with a row in ``results.csv`` are read, so the curves
-    rest on the same seeds as the table (a run directory finished after the last merge
-    is left out).
-    """
-    import numpy as np
-
-    rows, _ = load(name, root)
-    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
-    groups: dict[tuple[str, str], list[list[float]]] = {}
-    for cell, history in histories(name, root).items():
-        # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
-        _, _, loss_spec, seed = cell.split("__")
-        spec, settings = loss_spec.split("@", 1)
-        group = (spec.split("-", 1)[0], protocol_of(settings))
-        if (*group, int(seed.removeprefix("s"))) in listed:
-            groups.setdefault(group, []).append([h[key] for h in history])
-    return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
-
-
-LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA"}  # the losses' names in the book
-
-
-def reduction_findings(runs: Any, ece: Mapping[tuple[str, str], Any], nll: Mapping[tuple[str, str], Any], *,
-                       losses: tuple[str, str, str] = ("ce", "focal", "bsce_gra"),
-                       first_drop: int = 20) -> dict[str, bool | None]:
-    """The papers' orderings, tested per protocol on the seed means of :func:`protocol_runs`.
-
-    ``losses`` names CE and the two calibration losses as ``runs["loss"]`` spells them (the
-    last one is BSCE-GRA, Lin et al. (2024)'s method); ``ece`` and ``nll`` are the test
-    ECE and NLL curves of :func:`epoch_curves` with the same names, and ``first_drop`` the
-    epoch after which the learning rate first falls. A finding is None while one of the
-    (loss, protocol) rows it compares has no seed in ``runs`` (or no curve); otherwise it
-    is tested on the seeds finished so far, which may be fewer than the sweep's three
-    (``n`` of :func:`protocol_table`).
-    """
-    ce, *cal = losses
-    mean = runs.groupby(["loss", "protocol"])[["ece", "ece_ts", "temperature"]].mean()
-
-    def m(loss: str, protocol: str, col: str) -> float | None:
-        return float(mean.loc[(loss, protocol), col]) if (loss, protocol) in mean.index else None
-
-    def test(cells: list[tuple[str, str, str]], rule: Callable[..., bool]) -> bool | None:
-        values = [m(*c) for c in cells]
-        return None if None in values else bool(rule(*values))
-
-    out: dict[str, bool | None] = {}
-    for p in PROTOCOLS:
-        out[f"{p}: CE is over-confident (T > 1)"] = test([(ce, p, "temperature")], lambda t: t > 1)
-        out[f"{p}: both calibration losses are under-confident (T < 1)"] = test(
-            [(c, p, "temperature") for c in cal], lambda *t: max(t) < 1)
-        out[f"{p}: both calibration losses have a lower ECE than CE before TS"] = test(
-            [(ce, p, "ece")] + [(c, p, "ece") for c in cal], lambda e, *o: max(o) < e)
-        out[f"{p}: {LOSS_NAMES.get(cal[-1], cal[-1])} has the lowest ECE before TS (Lin et al. 2024)"] = test(
-            [(cal[-1], p, "ece"), (ce, p, "ece"), (cal[0], p, "ece")], lambda g, *o: g < min(o))
-        out[f"{p}: CE has the lowest ECE after TS (Wang et al. 2021)"] = test(
-            [(ce, p, "ece_ts")] + [(c, p, "ece_ts") for c in cal], lambda e, *o: e < min(o))
-        # training length: once the learning rate has dropped, does CE overfit the NLL, and
-        # does its ECE follow? (epoch first_drop + 1 is index first_drop)
-        e, n = (None if k.get((ce, p)) is None else k[(ce, p)].mean(0) for k in (ece, nll))
-        out[f"{p}: after the first drop CE's test NLL rises from its lowest, and its ECE "
-            f"ends above its value one epoch after the drop"] = (
-            None if e is None or n is None else bool(n[-1] > n[first_drop:].min() and e[-1] > e[first_drop]))
-    return out
-
-
-def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "classifier_norm", "train_grad_norm"),
-               root: str | os.PathLike | None = None) -> Any:
-    """The last epoch's ``keys`` of each cell of :func:`protocol_runs`, one row per cell.
-
-    Columns ``loss``, ``protocol``, ``seed`` and the keys (NaN where a run did not record
-    one: ``train_grad_norm``, the norm of the gradient before clipping, is recorded only
-    by runs that clip).
-    """
-    import pandas as pd
-
-    rows, _ = load(name, root)
-    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
-    out = []
-    for cell, history in histories(name, root).items():
-        _, _, loss_spec, seed = cell.split("__")
-        spec, settings = loss_spec.split("@", 1)
-        key = (spec.split("-", 1)[0], protocol_of(settings), int(seed.removeprefix("s")))
-        if key in listed:
-            out.append({"loss": key[0], "protocol": key[1], "seed": key[2],
-                        **{k: float(history[-1].get(k, float("nan"))) for k in keys}})
-    return pd.DataFrame(out)
-
-
-def reduction_mechanism(runs: Any, last: Any, loss: str = "ce") -> dict[str, bool | None]:
-    """What the sum changes in training, for one loss: protocol C (mean) against B (sum).
-
-    Tested on every seed of :func:`last_epoch` (``last``) and on the seed means of
-    :func:`protocol_runs` (``runs``); None while a protocol has no seed of ``loss``.
-    """
-    name = LOSS_NAMES.get(loss, loss)
-    texts = (f"{name}: the sum moves T over three times as far as the lr and clipping do (C - A vs B - C)",
-             f"{name}: with the sum the last-layer weights end larger, every seed",
-             f"{name}: with the sum the training loss ends lower, every seed",
-             f"{name}: with the sum the clipping still binds at the last epoch (norm > 2, every seed)")
-
-    def seeds(protocol: str, col: str, frame: Any) -> Any:
-        return frame[(frame["loss"] == loss) & (frame["protocol"] == protocol)][col]
-
-    t = {p: seeds(p, "temperature", runs) for p in PROTOCOLS}
-    if any(v.empty for v in t.values()):
-        return dict.fromkeys(texts)
-    b_norm, c_norm = seeds("B", "classifier_norm", last), seeds("C", "classifier_norm", last)
-    b_loss, c_loss = seeds("B", "train_loss", last), seeds("C", "train_loss", last)
-    return dict(zip(texts, (
-        bool(abs(t["B"].mean() - t["C"].mean()) > 3 * abs(t["C"].mean() - t["A"].mean())),
-        bool(b_norm.min() > c_norm.max()),
-        bool(b_loss.max() < c_loss.min()),
-        bool((seeds("B", "train_grad_norm", last) > 2).all()),
-    )))
