@@ -296,6 +296,16 @@ def test_foreign_directory_refused(tmp_path):
     assert snapshot(tmp_path / "s") == {"notes.txt": hashlib.sha256(b"mine").hexdigest()}
 
 
+def test_a_shard_starting_beside_another_is_not_refused(tmp_path):
+    # the moment between another shard's mkdir and its atomic link of the manifest: the
+    # directory holds only that shard's temporary manifest (seen in make ledger's first run)
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / f".{sw.MANIFEST_FILE}.999.tmp").write_text("{}")
+    res = sw.sweep(out, ["ce"], [0], progress=False, **TINY)
+    assert res.trained and (out / sw.MANIFEST_FILE).exists()
+
+
 def test_shards_partition_the_grid_and_merge_to_the_same_results(tmp_path, reference):
     _, ref = reference
     out = tmp_path / "sharded"

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shlex
 import signal
 import subprocess
 import sys
@@ -103,6 +104,10 @@ _BENCH = ("ce", *(f"label_smoothing:epsilon={c}" for c in (0.01, 0.05, 0.09)),
           *(f"logit_norm:alpha={c}" for c in (0.01, 0.05, 0.1)),
           *(f"entropy_reg:alpha={c}" for c in (0.1, 0.3, 0.5)), *(f"focal:gamma={c}" for c in (1.0, 3.0, 5.0)))
 
+# The γ-Net meta learning rate of the gamma_net_lr sweep: a tenth of calib's default (Adam's 1e-3),
+# under which the learned γ grows past 20 within ten epochs in wang2024_t1.
+GAMMA_NET_LR = 1e-4
+
 SWEEPS: dict[str, LedgerSweep] = {
     "reduction": LedgerSweep(
         "reduction",
@@ -120,6 +125,13 @@ SWEEPS: dict[str, LedgerSweep] = {
         "wang2021_t12", "Wang et al. (2021) Tables 1-2 (chapter 9): CE, label smoothing, the L1 logit penalty "
         "and focal loss with their CIFAR-10 coefficients, and inverse focal loss, under the wang2021 preset, "
         "3 seeds.", _FMNIST + ("--preset", "wang2021", "--seeds", "0,1,2") + _losses(*_WANG2021)),
+    "gamma_net_lr": LedgerSweep(
+        "gamma_net_lr", "γ-Net's meta learning rate (chapter 11): γ-Net with SECE and with DECE as in "
+        "wang2024_t1, but with the γ-Net's Adam at 1e-4 instead of calib's default 1e-3 (Wang & "
+        "Golebiowski (2024) give none), 3 seeds.",
+        _FMNIST + ("--preset", "wang2024", "--seeds", "0,1,2")
+        + _losses(*(f'focal@meta=gamma_net,meta_objective={o},meta_kwargs={{"meta_lr":{GAMMA_NET_LR}}}'
+                    for o in ("sece", "dece")))),
     "bench": LedgerSweep(
         "bench", "Chapter 10's coefficient grids (label smoothing, L1 logit penalty, entropy regulariser, "
         "focal loss) beside CE, under the wang2021 preset, 3 seeds.",
@@ -165,7 +177,7 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     procs = []
     for i in range(1, jobs + 1):
         cmd = command(name, root, (i, jobs) if jobs > 1 else None)
-        print(f"ledger {name}: {' '.join(cmd)}", file=log, flush=True)
+        print(f"ledger {name}: {shlex.join(cmd)}", file=log, flush=True)
         procs.append(subprocess.Popen([sys.executable, *cmd[1:]], env=_thread_env()))
     try:
         codes = [p.wait() for p in procs]
@@ -271,7 +283,7 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         **old,
         "sweep": name,
         "purpose": _sweep(name).purpose,
-        "command": " ".join(command(name, root)),
+        "command": shlex.join(command(name, root)),
         "threads_per_process": THREADS,
         "torch": torch.__version__,
         "python": platform.python_version(),

@@ -1,5 +1,6 @@
 """What the ledger's ``wang2024_t1`` sweep says about Wang & Golebiowski (2024)'s
-meta-learning rows (chapter 11): the meta-learned L2 baselines and γ-Net, seed by seed.
+meta-learning rows (chapter 11): the meta-learned L2 baselines and γ-Net, seed by seed;
+and what the ``gamma_net_lr`` sweep changes with a smaller γ-Net learning rate.
 
 Two kinds of finding, as in :mod:`calib.experiments.bench`: ``claims`` hold on the
 committed runs (a chapter asserts them), ``reports`` are the paper's orderings tested on
@@ -11,7 +12,7 @@ from typing import Any
 
 from . import ledger
 
-__all__ = ["SWEEP", "METHODS", "meta_findings"]
+__all__ = ["SWEEP", "METHODS", "meta_findings", "LR_SWEEP", "LR_METHODS", "lr_findings", "gamma_curves"]
 
 SWEEP = "wang2024_t1"
 #: The rows compared, as the ledger's loss specs (γ-Net starts from focal loss's γ = 1).
@@ -22,6 +23,12 @@ METHODS = {
        for net, loss, meta in (("meta-L2", "ce", "l2_reg"), ("γ-Net", "focal", "gamma_net"))
        for obj in ("dece", "sece")},
 }
+LR_SWEEP = "gamma_net_lr"
+_LR = f"meta-lr {ledger.GAMMA_NET_LR:g}"
+#: γ-Net at the smaller meta learning rate (``gamma_net_lr``), labelled like :data:`METHODS`.
+LR_METHODS = {f"γ-Net {obj.upper()}, {_LR}":
+              f'focal@meta=gamma_net,meta_objective={obj},meta_kwargs={{"meta_lr":{ledger.GAMMA_NET_LR}}}'
+              for obj in ("dece", "sece")}
 # The paper's orderings tested: (lower, higher) in ECE before TS.
 _PAIRS = (("γ-Net SECE", "γ-Net DECE"), ("meta-L2 SECE", "meta-L2 DECE"),
           ("γ-Net SECE", "focal γ=1"), ("γ-Net SECE", "CE"))
@@ -63,17 +70,63 @@ def meta_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
     the count of seeds on which the first is lower; a pair without such a seed (a row
     diverged or not run yet) is left out.
     """
-    import pandas as pd
-
     rows = ledger.method_runs(SWEEP, METHODS, root)  # {label: that method's results rows}
     claims = {**_l2_claim(root), **_gamma_net_claims(root, rows)}
+    return claims, _orderings(rows, _PAIRS)
+
+
+def _orderings(rows: dict[str, Any], pairs: Any) -> dict[str, bool]:
+    """``a`` below ``b`` in mean ECE before TS, for each pair, on the seeds both finished."""
+    import pandas as pd
+
     ece = pd.DataFrame({k: r.set_index("seed")["ece"] for k, r in rows.items() if len(r)})
     reports: dict[str, bool] = {}
-    for a, b in _PAIRS:
+    for a, b in pairs:
         both = ece.reindex(columns=[a, b]).dropna()
         if both.empty:
             continue
         m, low = 100 * both.mean(), int((both[a] < both[b]).sum())
         reports[f"{a}: a lower mean ECE than {b} before TS ({m[a]:.2f} vs {m[b]:.2f}; lower on "
                 f"{low} of {len(both)} seeds)"] = bool(m[a] < m[b])
-    return claims, reports
+    return reports
+
+
+def gamma_curves(root: Any = None, key: str = "train_gamma_mean") -> dict[str, Any]:
+    """Per-epoch ``key`` of γ-Net's runs, ``{label: (seeds, epochs) array}``, at both meta learning rates.
+
+    calib's default, 1e-3, from ``wang2024_t1``; :data:`ledger.GAMMA_NET_LR` from
+    ``gamma_net_lr``. A sweep not in the ledger yet adds no curve.
+    """
+    import numpy as np
+
+    out: dict[str, Any] = {}
+    for sweep, lr in ((SWEEP, "meta-lr 0.001"), (LR_SWEEP, _LR)):
+        if not ledger.available(sweep, root, quiet=True):
+            continue
+        runs = {c: h for c, h in sorted(ledger.histories(sweep, root).items()) if "gamma_net" in c}
+        for objective in ("dece", "sece"):
+            cells = [h for c, h in runs.items() if f"meta_objective={objective}" in c]
+            if cells:
+                out[f"γ-Net {objective.upper()}, {lr}"] = np.array([[e[key] for e in h] for h in cells], dtype=float)
+    return out
+
+
+def lr_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
+    """``(claims, reports)`` on the ``gamma_net_lr`` sweep, beside ``wang2024_t1``'s rows.
+
+    Claims: where the learned γ ends and whether the meta objective falls, on every run at
+    the smaller learning rate. Reports: SECE against DECE, and γ-Net with SECE against
+    focal loss (γ = 1) and CE, in mean ECE before TS on the seeds both finished.
+    """
+    if not ledger.available(LR_SWEEP, root, quiet=True) or not (runs := ledger.histories(LR_SWEEP, root)):
+        return {}, {}
+    rows = {**ledger.method_runs(SWEEP, METHODS, root), **ledger.method_runs(LR_SWEEP, LR_METHODS, root)}
+    gammas = [h[-1]["train_gamma_mean"] for h in runs.values()]
+    claims = {
+        f"γ-Net, {_LR}, all {len(runs)} runs: the mean learned γ on the training images ends between "
+        f"{min(gammas):.1f} and {max(gammas):.1f}": max(gammas) < 5,
+        f"γ-Net, {_LR}, all {len(runs)} runs: its meta objective on the held-out batch ends lower than "
+        "after the first epoch": all(h[-1]["train_meta_loss"] < h[0]["train_meta_loss"] for h in runs.values()),
+    }
+    sece, dece = (f"γ-Net {o}, {_LR}" for o in ("SECE", "DECE"))
+    return claims, _orderings(rows, ((sece, dece), (sece, "focal γ=1"), (sece, "CE")))

@@ -185,10 +185,14 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
 
 
 def _holds_files(out: Path) -> bool:
-    """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`)."""
+    """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`) and
+    the manifest another shard, starting at the same time, is about to link in (:func:`_claim_directory`)."""
     from ..train.rundir import LOCK_FILE
 
-    return any(p.name != LOCK_FILE for p in out.iterdir())
+    def claiming(name: str) -> bool:
+        return name.startswith(f".{MANIFEST_FILE}.") and name.endswith(".tmp")
+
+    return any(p.name != LOCK_FILE and not claiming(p.name) for p in out.iterdir())
 
 
 
