@@ -60,3 +60,34 @@ def test_findings_on_a_built_ledger(tmp_path):
 def test_findings_on_the_committed_ledger_are_well_formed():
     claims, reports = meta_ledger.meta_findings(ROOT)
     assert claims and all(isinstance(v, bool) for v in [*claims.values(), *reports.values()])
+
+
+def test_lr_findings_and_gamma_curves_on_a_built_ledger(tmp_path):
+    sece = "meta=gamma_net,meta_objective=sece"
+    lr_sece = 'meta=gamma_net,meta_kwargs={"meta_lr": 0.0001},meta_objective=sece'
+    lr_cell = "focal@meta=gamma_net,meta_kwargs=__meta_lr___0.0001_,meta_objective=sece"
+    assert not any(meta_ledger.lr_findings(tmp_path))  # no gamma_net_lr sweep: nothing to say
+    _sweep(tmp_path, [_row("ce", "", s, 0.05, 1.5) for s in (0, 1)] + [_row("focal", sece, 0, 0.4, 0.2)],
+           {f"focal@{sece}__s0": [{"train_gamma_mean": 1.0}, {"train_gamma_mean": 27.0}]})
+    out = tmp_path / meta_ledger.LR_SWEEP
+    (out / "runs").mkdir(parents=True)
+    (out / "sweep.json").write_text("{}")
+    with open(out / "results.csv", "w", newline="") as fh:
+        writer = csv.DictWriter(fh, COLUMNS)
+        writer.writeheader()
+        writer.writerows([_row("focal", lr_sece, s, e, 0.9) for s, e in ((0, 0.03), (1, 0.07))])
+    for seed, (g, m) in enumerate(((1.2, 0.1), (6.0, 0.3))):
+        cell = out / "runs" / f"{lr_cell}__s{seed}"
+        cell.mkdir()
+        history = [{"train_gamma_mean": 1.0, "train_meta_loss": 0.2}, {"train_gamma_mean": g, "train_meta_loss": m}]
+        cell.joinpath("history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in history))
+        cell.joinpath("metrics.json").write_text("{}")
+    claims, reports = meta_ledger.lr_findings(tmp_path)
+    # seed 1's γ ends at 6 and its meta objective rises: both claims fail, and say so
+    assert list(claims.values()) == [False, False] and "ends between 1.2 and 6.0" in list(claims)[0]
+    # against CE on both seeds (5.00% each): lower on seed 0 only
+    assert reports == {"γ-Net SECE, meta-lr 0.0001: a lower mean ECE than CE before TS (5.00 vs 5.00; lower on "
+                       "1 of 2 seeds)": False}
+    curves = meta_ledger.gamma_curves(tmp_path)
+    assert list(curves) == ["γ-Net SECE, meta-lr 0.001", "γ-Net SECE, meta-lr 0.0001"]
+    assert curves["γ-Net SECE, meta-lr 0.0001"].tolist() == [[1.0, 1.2], [1.0, 6.0]]
