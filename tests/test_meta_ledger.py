@@ -83,8 +83,10 @@ def test_lr_findings_and_gamma_curves_on_a_built_ledger(tmp_path):
         cell.joinpath("history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in history))
         cell.joinpath("metrics.json").write_text("{}")
     claims, reports = meta_ledger.lr_findings(tmp_path)
-    # seed 1's γ ends at 6 and its meta objective rises: both claims fail, and say so
-    assert list(claims.values()) == [False, False] and "ends between 1.2 and 6.0" in list(claims)[0]
+    # seed 1's γ ends at 6, its meta objective rises and its ECE (7%) is above CE's (5%): every claim
+    # fails, and says so
+    assert list(claims.values()) == [False, False, False] and "ends between 1.2 and 6.0" in list(claims)[0]
+    assert "T between 0.90 and 0.90" in list(claims)[2]
     # against CE on both seeds (5.00% each): lower on seed 0 only
     assert reports == {"γ-Net SECE, meta-lr 0.0001: a lower mean ECE than CE before TS (5.00 vs 5.00; lower on "
                        "1 of 2 seeds)": False}

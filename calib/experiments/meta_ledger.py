@@ -114,19 +114,27 @@ def gamma_curves(root: Any = None, key: str = "train_gamma_mean") -> dict[str, A
 def lr_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
     """``(claims, reports)`` on the ``gamma_net_lr`` sweep, beside ``wang2024_t1``'s rows.
 
-    Claims: where the learned γ ends and whether the meta objective falls, on every run at
-    the smaller learning rate. Reports: SECE against DECE, and γ-Net with SECE against
+    Claims: where the learned γ ends, whether the meta objective falls, and T, accuracy and
+    ECE against CE's runs, on every run at the smaller learning rate. Reports: SECE against DECE, and γ-Net with SECE against
     focal loss (γ = 1) and CE, in mean ECE before TS on the seeds both finished.
     """
     if not ledger.available(LR_SWEEP, root, quiet=True) or not (runs := ledger.histories(LR_SWEEP, root)):
         return {}, {}
     rows = {**ledger.method_runs(SWEEP, METHODS, root), **ledger.method_runs(LR_SWEEP, LR_METHODS, root)}
+    import pandas as pd
+
     gammas = [h[-1]["train_gamma_mean"] for h in runs.values()]
+    lr_rows = pd.concat([rows[k] for k in LR_METHODS])
+    t, ce = lr_rows["temperature"], rows["CE"]
     claims = {
         f"γ-Net, {_LR}, all {len(runs)} runs: the mean learned γ on the training images ends between "
         f"{min(gammas):.1f} and {max(gammas):.1f}": max(gammas) < 5,
         f"γ-Net, {_LR}, all {len(runs)} runs: its meta objective on the held-out batch ends lower than "
         "after the first epoch": all(h[-1]["train_meta_loss"] < h[0]["train_meta_loss"] for h in runs.values()),
+        f"γ-Net, {_LR}, every run: T between {t.min():.2f} and {t.max():.2f}, an accuracy at most 3 points "
+        "below CE's lowest seed, and an ECE before TS below every CE run's":
+            len(ce) > 0 and 0.8 < t.min() and t.max() < 1.25
+            and lr_rows["accuracy"].min() > ce["accuracy"].min() - 0.03 and lr_rows["ece"].max() < ce["ece"].min(),
     }
     sece, dece = (f"γ-Net {o}, {_LR}" for o in ("SECE", "DECE"))
     return claims, _orderings(rows, ((sece, dece), (sece, "focal γ=1"), (sece, "CE")))
