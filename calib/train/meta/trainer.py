@@ -67,7 +67,10 @@ class MetaTrainer(Trainer):
         config: a :class:`calib.train.TrainConfig` with ``meta="gamma_net"``.
         data: optional ready ``calib.data.Splits`` (as for ``Trainer``).
         meta_lr: Adam learning rate of the gamma-Net (default 1e-3, Adam's own default;
-            Wang & Golebiowski (2024) gives none, module docstring item 7).
+            Wang & Golebiowski (2024) gives none, module docstring item 7). On the ledger's
+            Fashion-MNIST runs 1e-3 drives the mean gamma past 19 and the network into
+            under-confidence, while 1e-4 keeps gamma near 1 (sweeps ``wang2024_t1`` and
+            ``gamma_net_lr``, chapter 11): try 1e-4 first.
         bandwidth: SECE kernel bandwidth h (default 0.01, Wang & Golebiowski (2024), §5).
         order: ``"second"`` (exact hypergradient, default) or ``"first"`` (finite difference).
         tau, init_gamma: gamma-Net temperature and initial gamma (0.01 and 1.0, Wang & Golebiowski (2024), §5).
