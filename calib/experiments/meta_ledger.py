@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..train.meta import META_DEFAULTS
 from . import ledger
 
 __all__ = ["SWEEP", "METHODS", "meta_findings", "LR_SWEEP", "LR_METHODS", "lr_findings", "gamma_curves"]
@@ -100,7 +101,7 @@ def gamma_curves(root: Any = None, key: str = "train_gamma_mean") -> dict[str, A
     import numpy as np
 
     out: dict[str, Any] = {}
-    for sweep, lr in ((SWEEP, "meta-lr 0.001"), (LR_SWEEP, _LR)):
+    for sweep, lr in ((SWEEP, f"meta-lr {META_DEFAULTS['meta_lr']:g}"), (LR_SWEEP, _LR)):
         if not ledger.available(sweep, root, quiet=True):
             continue
         runs = {c: h for c, h in sorted(ledger.histories(sweep, root).items()) if "gamma_net" in c}
@@ -114,15 +115,16 @@ def gamma_curves(root: Any = None, key: str = "train_gamma_mean") -> dict[str, A
 def lr_findings(root: Any = None) -> tuple[dict[str, bool], dict[str, bool]]:
     """``(claims, reports)`` on the ``gamma_net_lr`` sweep, beside ``wang2024_t1``'s rows.
 
-    Claims: where the learned γ stays and ends, whether the meta objective falls, and T, accuracy and
-    ECE against CE's runs, on every run at the smaller learning rate. Reports: SECE against DECE, and γ-Net with SECE against
-    focal loss (γ = 1) and CE, in mean ECE before TS on the seeds both finished.
+    Claims, on every run at the smaller learning rate: where the learned γ stays and ends,
+    whether the meta objective falls, and T, accuracy and ECE against CE's runs. Reports:
+    SECE against DECE, and γ-Net with SECE against focal loss (γ = 1) and CE, in mean ECE
+    before TS on the seeds both finished.
     """
+    import pandas as pd
+
     if not ledger.available(LR_SWEEP, root, quiet=True) or not (runs := ledger.histories(LR_SWEEP, root)):
         return {}, {}
     rows = {**ledger.method_runs(SWEEP, METHODS, root), **ledger.method_runs(LR_SWEEP, LR_METHODS, root)}
-    import pandas as pd
-
     gammas = [h[-1]["train_gamma_mean"] for h in runs.values()]
     every = [e["train_gamma_mean"] for h in runs.values() for e in h]
     lr_rows = pd.concat([rows[k] for k in LR_METHODS])
