@@ -13,8 +13,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
 COLUMNS = ("data", "model", "loss", "loss_kwargs", "settings", "seed", "ece", "ece_ts", "temperature", "accuracy")
 
 
-def _sweep(tmp_path, rows, histories, diverged=()):
-    out = tmp_path / meta_ledger.SWEEP
+def _sweep(tmp_path, rows, histories, diverged=(), name=meta_ledger.SWEEP):
+    out = tmp_path / name
     (out / "runs").mkdir(parents=True)
     (out / "sweep.json").write_text("{}")
     with open(out / "results.csv", "w", newline="") as fh:
@@ -69,19 +69,11 @@ def test_lr_findings_and_gamma_curves_on_a_built_ledger(tmp_path):
     assert not any(meta_ledger.lr_findings(tmp_path))  # no gamma_net_lr sweep: nothing to say
     _sweep(tmp_path, [_row("ce", "", s, 0.05, 1.5) for s in (0, 1)] + [_row("focal", sece, 0, 0.4, 0.2)],
            {f"focal@{sece}__s0": [{"train_gamma_mean": 1.0}, {"train_gamma_mean": 27.0}]})
-    out = tmp_path / meta_ledger.LR_SWEEP
-    (out / "runs").mkdir(parents=True)
-    (out / "sweep.json").write_text("{}")
-    with open(out / "results.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, COLUMNS)
-        writer.writeheader()
-        writer.writerows([_row("focal", lr_sece, s, e, 0.9) for s, e in ((0, 0.03), (1, 0.07))])
-    for seed, (g, m) in enumerate(((1.2, 0.1), (6.0, 0.3))):
-        cell = out / "runs" / f"{lr_cell}__s{seed}"
-        cell.mkdir()
-        history = [{"train_gamma_mean": 1.0, "train_meta_loss": 0.2}, {"train_gamma_mean": g, "train_meta_loss": m}]
-        cell.joinpath("history.jsonl").write_text("".join(json.dumps(e) + "\n" for e in history))
-        cell.joinpath("metrics.json").write_text("{}")
+    lr_runs = {f"{lr_cell}__s{seed}": [{"train_gamma_mean": 1.0, "train_meta_loss": 0.2},
+                                      {"train_gamma_mean": g, "train_meta_loss": m}]
+               for seed, (g, m) in enumerate(((1.2, 0.1), (6.0, 0.3)))}
+    _sweep(tmp_path, [_row("focal", lr_sece, s, e, 0.9) for s, e in ((0, 0.03), (1, 0.07))], lr_runs,
+           name=meta_ledger.LR_SWEEP)
     claims, reports = meta_ledger.lr_findings(tmp_path)
     # seed 1's γ ends at 6, its meta objective rises and its ECE (7%) is above CE's (5%): every claim
     # fails, and says so
