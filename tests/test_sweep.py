@@ -705,3 +705,11 @@ def test_a_diverged_cell_is_kept_as_diverged_and_the_sweep_goes_on(tmp_path):
     assert "Diverged (loss NaN or inf, no row)" in (tmp_path / "summary.md").read_text()
     again = sw.sweep(tmp_path, losses=["ce@lr=1e30", "ce"], **kw)  # resumed: nothing is trained again
     assert again.trained == [] and again.diverged == res.diverged and not again.missing
+
+
+def test_progress_lines_name_a_diverged_cell(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("CALIB_PROGRESS", "1")  # a diverged cell has no metrics to print
+    res = sw.sweep(tmp_path, losses=["ce@lr=1e30"], seeds=[0], data="digits", model="mlp", epochs=1,
+                   batch_size=64, milestones=(), optimizer="sgd", progress=True)
+    assert len(res.diverged) == 1
+    assert "seed 0: diverged at epoch 1" in capsys.readouterr().err

@@ -374,14 +374,17 @@ class SweepResult:
 
 
 
-def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any], status: str) -> str:
+def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any] | None, status: str) -> str:
+    """One line per cell; ``row`` None for a diverged cell, which has no metrics."""
     kw = format_loss_kwargs(cell.kwargs)
     loss = f"{cell.loss}:{kw}" if kw else cell.loss
     if cell.settings:
         loss += "@" + format_loss_kwargs(dict(cell.settings))
-    return (f"[{i}/{total}] {cell.data} {cell.model} {loss} seed {cell.seed}: acc {100 * row['accuracy']:.2f}% "
-            f"ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% (T {row['temperature']:.2f}) "
-            f"{status}")
+    head = f"[{i}/{total}] {cell.data} {cell.model} {loss} seed {cell.seed}:"
+    if row is None:
+        return f"{head} {status}"
+    return (f"{head} acc {100 * row['accuracy']:.2f}% ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% "
+            f"(T {row['temperature']:.2f}) {status}")
 
 
 
@@ -504,7 +507,8 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
                         trained.append(cell.name)
                         status = f"{time.perf_counter() - t0:.1f} s"
             if show:
-                bar.write(_progress_line(k, len(mine), cell, _row(cell, run_dir), status), file=sys.stderr)
+                row = _row(cell, run_dir) if _finished(run_dir) else None  # a diverged cell has no metrics
+                bar.write(_progress_line(k, len(mine), cell, row, status), file=sys.stderr)
             bar.update(1)
     return trained
 
