@@ -80,17 +80,26 @@ def epoch_curves(name: str = "reduction", key: str = "test_ece",
     """
     import numpy as np
 
+    groups: dict[tuple[str, str], list[list[float]]] = {}
+    for (loss, protocol, _), history in _listed_histories(name, root).items():
+        groups.setdefault((loss, protocol), []).append([h[key] for h in history])
+    return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
+
+
+def _listed_histories(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
+    """``{(loss, protocol, seed): history}`` of the cells with a row in ``results.csv`` (a run
+    directory finished after the last merge is left out, so curves and tables share their seeds)."""
     rows, _ = load(name, root)
     listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
-    groups: dict[tuple[str, str], list[list[float]]] = {}
+    out = {}
     for cell, history in histories(name, root).items():
         # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
         _, _, loss_spec, seed = cell.split("__")
         spec, settings = loss_spec.split("@", 1)
-        group = (spec.split("-", 1)[0], protocol_of(settings))
-        if (*group, int(seed.removeprefix("s"))) in listed:
-            groups.setdefault(group, []).append([h[key] for h in history])
-    return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
+        key = (spec.split("-", 1)[0], protocol_of(settings), int(seed.removeprefix("s")))
+        if key in listed:
+            out[key] = history
+    return out
 
 
 LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA"}  # the losses' names in the book
@@ -149,17 +158,9 @@ def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "
     """
     import pandas as pd
 
-    rows, _ = load(name, root)
-    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
-    out = []
-    for cell, history in histories(name, root).items():
-        _, _, loss_spec, seed = cell.split("__")
-        spec, settings = loss_spec.split("@", 1)
-        key = (spec.split("-", 1)[0], protocol_of(settings), int(seed.removeprefix("s")))
-        if key in listed:
-            out.append({"loss": key[0], "protocol": key[1], "seed": key[2],
-                        **{k: float(history[-1].get(k, float("nan"))) for k in keys}})
-    return pd.DataFrame(out)
+    return pd.DataFrame([{"loss": loss, "protocol": protocol, "seed": seed,
+                          **{k: float(history[-1].get(k, float("nan"))) for k in keys}}
+                         for (loss, protocol, seed), history in _listed_histories(name, root).items()])
 
 
 def reduction_mechanism(runs: Any, last: Any, loss: str = "ce") -> dict[str, bool | None]:
