@@ -39,7 +39,7 @@ __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names
            "record", "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command",
            "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available",
-           "committed_root", "TABLE_COLUMNS"]
+           "committed_root", "TABLE_COLUMNS", "REUSE", "REGIME_SIZES", "reuse"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -108,6 +108,23 @@ _BENCH = ("ce", *(f"label_smoothing:epsilon={c}" for c in (0.01, 0.05, 0.09)),
 # under which the mean learned γ passes 19 within fifteen epochs on every wang2024_t1 run.
 GAMMA_NET_LR = 1e-4
 
+# The regime map (issue 33): how the training-set size changes what a calibration loss does.
+# Sizes 2,500, 10,000 and all 55,000 (the training split left after 5,000 for validation);
+# under protocol B (the authors' summed loss) CE, focal, BSCE-GRA and dual focal, under
+# protocol A (mean) the first three. The 10,000-image cells carry no train_size setting, so
+# they are the reduction sweep's cells by name and identity and are copied, not retrained
+# (REUSE); the cheap sizes come first in grid order, so a stopped sweep has them.
+REGIME_SIZES = (2_500, 10_000, 55_000)
+_REGIME_METHODS = (*(f"{loss}@{PROTOCOLS['B']}" for loss in (*_LOSSES, "dual_focal")),
+                   *(f"{loss}@{PROTOCOLS['A']}" for loss in _LOSSES))
+
+
+def _at_size(method: str, size: int) -> str:
+    return method if size == 10_000 else f"{method},train_size={size}"
+
+
+REUSE = {"regime": "reduction"}  # sweep -> the sweep whose identical finished cells it copies
+
 SWEEPS: dict[str, LedgerSweep] = {
     "reduction": LedgerSweep(
         "reduction",
@@ -132,6 +149,13 @@ SWEEPS: dict[str, LedgerSweep] = {
         _FMNIST + ("--preset", "wang2024", "--seeds", "0,1,2")
         + _losses(*(f'focal@meta=gamma_net,meta_objective={o},meta_kwargs={{"meta_lr":{GAMMA_NET_LR}}}'
                     for o in ("sece", "dece")))),
+    "regime": LedgerSweep(
+        "regime", "When calibration losses help (issue 33): CE, focal (γ = 3), BSCE-GRA (γ = 4, β = 2) "
+        "and dual focal under the authors' protocol B (sum, lr 0.1, clip 2), and the first three under "
+        "protocol A (mean, lr 0.05), at 2,500, 10,000 and all 55,000 training images, 3 seeds; the "
+        "10,000-image cells of the reduction sweep are reused.",
+        _FMNIST + ("--seeds", "0,1,2")
+        + _losses(*(_at_size(m, n) for n in REGIME_SIZES for m in _REGIME_METHODS))),
     "bench": LedgerSweep(
         "bench", "Chapter 10's coefficient grids (label smoothing, L1 logit penalty, entropy regulariser, "
         "focal loss) beside CE, under the wang2021 preset, 3 seeds.",
@@ -174,6 +198,8 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
     start, commit = time.time(), _git_commit()
+    if name in REUSE:
+        reuse(name, REUSE[name], root, log)
     procs = []
     for i in range(1, jobs + 1):
         cmd = command(name, root, (i, jobs) if jobs > 1 else None)
@@ -194,6 +220,38 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     if any(codes):
         raise RuntimeError(f"ledger sweep {name!r}: a shard exited with {codes}; re-run to resume")
     return record(name, root, jobs, commit, start)
+
+
+def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys.stderr) -> list[str]:
+    """Copy into sweep ``name`` the finished cells of sweep ``source`` that it plans identically.
+
+    A cell is reused when its directory name and its training identity
+    (:meth:`calib.train.TrainConfig.identity`, which leaves out where it ran) both match
+    the manifest: the records are the same run, so retraining it would only spend hours.
+    Returns the names of the cells copied now.
+    """
+    import shutil
+
+    from ..train import load_config
+
+    out = Path(root) / name
+    subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True,
+                   stdout=subprocess.DEVNULL)  # writes the manifest (trains nothing)
+    planned = json.loads((out / MANIFEST_FILE).read_text())["runs"]
+    copied = []
+    for src in cell_dirs(source, root):
+        dst = out / RUNS_DIR / src.name
+        if src.name not in planned or (dst / "metrics.json").exists():
+            continue
+        if load_config(src).identity() != planned[src.name]:
+            continue
+        dst.mkdir(parents=True, exist_ok=True)
+        for f in ("config.json", "history.jsonl", "metrics.json"):  # metrics.json last: it marks the cell done
+            shutil.copy2(src / f, dst / f)
+        copied.append(src.name)
+    if copied:
+        print(f"ledger {name}: {len(copied)} cells reused from {source}", file=log, flush=True)
+    return copied
 
 
 def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str | None = None,
@@ -292,6 +350,7 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         "cells_diverged": len(diverged_cells(name, root)),
         "cells_planned": _sweep(name).n_cells,
         "training_seconds": round(training_seconds(name, root), 1),
+        **({"cells_reused_from": REUSE[name]} if name in REUSE else {}),
     }
 
 
