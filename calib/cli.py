@@ -227,7 +227,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help=f"show the full traceback of a failure (also: {DEBUG_ENV}=1)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,sweep,fake-data}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,sweep,fake-data,ledger,audit}")
     sub.required = True
 
     t = sub.add_parser("train", help="train a model and write a run directory",
@@ -276,7 +276,40 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--root", default="results", help="the ledger's folder")
     g.add_argument("--jobs", type=_positive(int), default=2, help="one-thread shards run in parallel")
     g.set_defaults(run=cmd_ledger, subparser=g)
+
+    a = sub.add_parser("audit", help="execute the training chapters at several seed offsets and thread "
+                                     "counts and record every claim's outcome (results/audit/)",
+                       description="The claims audit (calib.experiments.audit): each chapter x seed offset x "
+                                   "thread count runs once at the quick profile; finished records are kept.")
+    a.add_argument("chapters", nargs="*", metavar="CHAPTER", help="e.g. 02_overconfidence (default: all training chapters)")
+    a.add_argument("--offsets", default=None, help="comma-separated seed offsets (default: 100,200,300,400,500)")
+    a.add_argument("--threads", default=None, help="comma-separated thread counts (default: 1,2)")
+    a.set_defaults(run=cmd_audit, subparser=a)
     return parser
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .experiments import audit
+
+    def ints(text: str | None, default: tuple[int, ...], what: str) -> tuple[int, ...]:
+        if text is None:
+            return default
+        try:
+            values = tuple(int(v) for v in text.split(",") if v.strip())
+        except ValueError:
+            values = ()
+        if not values or min(values) < 0:
+            _fail(args.subparser, f"{what} must be comma-separated integers >= 0, got {text!r}")
+        return values
+
+    offsets = ints(args.offsets, audit.OFFSETS, "--offsets")
+    threads = ints(args.threads, audit.THREADS, "--threads")
+    try:
+        written = audit.run(args.chapters or audit.TRAINING_CHAPTERS, offsets, threads)
+    except ValueError as exc:
+        _fail(args.subparser, str(exc))
+    print(f"audit: {len(written)} executions recorded under results/{audit.AUDIT_DIR}/")
+    return 0
 
 
 def cmd_ledger(args: argparse.Namespace) -> int:

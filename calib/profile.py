@@ -190,25 +190,97 @@ def debug() -> bool:
     return os.environ.get(DEBUG_VAR, "").strip().lower() in ("1", "true", "yes")
 
 
-def asserts_claims() -> bool:
-    """Whether chapters assert their claims: at the ``quick`` profile, outside smoke mode.
+CLAIMS_VAR = "CALIB_CLAIMS"   # "assert" (default: nbval in make test) or "report" (a reader's make book)
+AUDIT_VAR = "CALIB_AUDIT_FILE"  # make audit: every claim's outcome appended here, nothing asserted
+SEED_OFFSET_VAR = "CALIB_SEED_OFFSET"
 
-    The quick profile is the scale CI runs and the claims were checked at; at ``colab`` and
+
+def seed_offset() -> int:
+    """``$CALIB_SEED_OFFSET`` (default 0): added to every seed a chapter trains with.
+
+    The claims audit (``make audit``) executes each training chapter at several offsets
+    to see whether an outcome depends on the seeds the chapter happens to use.
+    """
+    raw = os.environ.get(SEED_OFFSET_VAR, "").strip() or "0"
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"{SEED_OFFSET_VAR}={raw!r} must be an integer >= 0") from None
+    if value < 0:
+        raise ValueError(f"{SEED_OFFSET_VAR}={raw!r} must be an integer >= 0")
+    return value
+
+
+def seeds(n: int) -> list[int]:
+    """The ``n`` seeds a chapter trains with: ``offset, ..., offset + n - 1`` (:func:`seed_offset`)."""
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise ValueError(f"n must be a positive integer, got {n!r}")
+    return list(range(seed_offset(), seed_offset() + n))
+
+
+def asserts_claims() -> bool:
+    """Whether a claim that fails stops the chapter: at the ``quick`` profile, outside smoke
+    mode, outside the audit, unless ``CALIB_CLAIMS=report`` (a reader's ``make book``).
+
+    The quick profile is the scale CI runs and the audit checked; at ``colab`` and
     ``paper`` scale (or in smoke mode) a claim that fails is a finding, not a broken chapter.
     """
-    return current() == "quick" and not smoke()
+    mode = os.environ.get(CLAIMS_VAR, "").strip().lower() or "assert"
+    if mode not in ("assert", "report"):
+        raise ValueError(f"{CLAIMS_VAR}={mode!r}: use 'assert' (tests) or 'report' (a reader's build)")
+    return current() == "quick" and not smoke() and mode == "assert" and not os.environ.get(AUDIT_VAR)
+
+
+def _record(kind: str, text: str, outcome: str) -> None:
+    path = os.environ.get(AUDIT_VAR, "").strip()
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": kind, "claim": text, "outcome": outcome}) + "\n")
+
+
+def _show(head: str, text: str) -> None:
+    import textwrap
+
+    # wrapped to the book's column (80 characters of output at 1280 px)
+    print(textwrap.fill(head + text, width=80, subsequent_indent="    "))
+
+
+def _check(kind: str, ok: bool, text: str) -> bool:
+    ok = bool(ok)
+    _record(kind, text, "holds" if ok else "fails")
+    if ok:
+        _show("holds: ", text)
+    elif asserts_claims():
+        _show("DOES NOT HOLD: ", text)
+        raise AssertionError(text)
+    else:
+        _show("DOES NOT HOLD HERE (a reader's build goes on; make test would stop): ", text)
+    return ok
+
+
+def fact(ok: bool, text: str) -> bool:
+    """A deterministic fact (a derivation, an exact computation, what the code guarantees):
+    printed and asserted like :func:`claim`, but needs no audit record."""
+    return _check("fact", ok, text)
 
 
 def claim(ok: bool, text: str) -> bool:
-    """Print a chapter's claim with its outcome; assert it where :func:`asserts_claims`."""
-    import textwrap
+    """An empirical outcome of the chapter's runs, asserted where :func:`asserts_claims`.
 
-    ok = bool(ok)
-    # wrapped to the book's column (80 characters of output at 1280 px)
-    print(textwrap.fill(("holds: " if ok else "DOES NOT HOLD: ") + text, width=80, subsequent_indent="    "))
-    if not ok and asserts_claims():
-        raise AssertionError(text)
-    return ok
+    Only outcomes that ``make audit`` found to hold in every audited run (seed offsets x
+    thread counts) may be claims; ``tests/test_audit.py`` checks each claim's ``text`` (a
+    string literal) against ``results/audit/``. Anything else is a :func:`verdict` or a
+    :func:`report`.
+    """
+    return _check("claim", ok, text)
+
+
+def verdict(v: Any) -> Any:
+    """Print a :class:`calib.evidence.Verdict` (holds / contradicted / undecided, with its
+    interval), record its outcome for the audit, never assert; returns ``v``."""
+    _record("verdict", v.claim, v.outcome)
+    _show("", str(v))
+    return v
 
 
 def report(ok: bool | None, text: str) -> None:
@@ -219,6 +291,7 @@ def report(ok: bool | None, text: str) -> None:
     import textwrap
 
     head = {True: "holds here:     ", False: "does not hold: ", None: "not run yet:    "}[None if ok is None else bool(ok)]
+    _record("report", text, {True: "holds", False: "fails", None: "not run"}[None if ok is None else bool(ok)])
     print(textwrap.fill(head + text, width=80, subsequent_indent=" " * 16))
 
 

@@ -15,7 +15,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "calib"
 LAYERS = {
     "calib": 0, "calib._checks": 0, "calib.profile": 0,
     "calib.metrics": 1,
-    "calib.posthoc": 2,
+    "calib.posthoc": 2, "calib.evidence": 2,
     "calib.losses": 3,
     "calib.theory": 4,
     "calib.data": 5, "calib.models": 5,

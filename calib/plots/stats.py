@@ -36,6 +36,7 @@ __all__ = [
     "sweep_heatmap",
     "t_interval",
     "interval_panels",
+    "detectable_differences",
 ]
 
 _FONT = 9  # smallest font in a figure (points)
@@ -375,4 +376,25 @@ def interval_panels(
         _finish(ax, None if panel is None else str(panel))
     axes[-1].legend(title=hue, fontsize=_FONT, title_fontsize=_FONT, frameon=False,
                     loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def detectable_differences(n_tests: Sequence[int], seed_counts: Sequence[int] = (3, 5, 10), *,
+                           seed_sd: float = 0.0, metric: str = "ece", power: float = 0.8,
+                           alpha: float = 0.05, sims: int = 200, ax: Axes | None = None) -> Figure:
+    """The smallest difference a comparison can decide (:func:`calib.evidence.detectable_difference`)
+    against the test-set size, one line per number of seeds, both axes logarithmic; ECE in points."""
+    from .. import evidence
+
+    fig, ax = _figure(ax, (6.0, 3.6))
+    scale = 100.0 if metric == "ece" else 1.0
+    for n_seeds in seed_counts:
+        ys = [scale * evidence.detectable_difference(n, n_seeds, metric=metric, seed_sd=seed_sd,
+                                                      power=power, alpha=alpha, sims=sims)
+              for n in n_tests]
+        ax.plot(n_tests, ys, marker="o", label=f"{n_seeds} seeds")
+    ax.set(xscale="log", yscale="log", xlabel="test images",
+           ylabel=f"detectable {'ECE (points)' if metric == 'ece' else metric.upper()} difference")
+    ax.legend(title=f"power {power:g}, α = {alpha:g}", frameon=False)
+    ax.grid(True, which="both", alpha=0.3)
     return fig

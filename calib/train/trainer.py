@@ -364,15 +364,27 @@ class Trainer:
     # -- evaluation --------------------------------------------------------------------
 
     @torch.no_grad()
-    def predict(self, split: str) -> tuple[Tensor, Tensor]:
-        """Float32 logits and labels of a whole split ("train", "val" or "test"), on CPU."""
+    def predict(self, split: str, *, data: Any | None = None) -> tuple[Tensor, Tensor]:
+        """Float32 logits and labels of a whole split ("train", "val" or "test"), on CPU.
+
+        ``data``: other :class:`calib.data.Splits` of the same dataset to predict on (e.g.
+        the full test set after training tracked a subset), normalised as the run's own.
+        """
         if split not in ("train", "val", "test"):
             raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
         self.model.eval()
-        if split not in self._eval_loaders:
-            self._eval_loaders[split] = self.build_loader(split)
+        if data is not None:
+            own, self.data = self.data, data
+            try:
+                loader = self.build_loader(split)
+            finally:
+                self.data = own
+        else:
+            if split not in self._eval_loaders:
+                self._eval_loaders[split] = self.build_loader(split)
+            loader = self._eval_loaders[split]
         outs, labels = [], []
-        for x, y in self._eval_loaders[split]:
+        for x, y in loader:
             with self.autocast():
                 outs.append(self.model(x).float())
             labels.append(y)

@@ -1,0 +1,122 @@
+"""The claims audit: does a chapter's outcome survive other seeds, thread counts and CPUs?
+
+``make audit`` (``python -m calib audit``) executes each training chapter at several seed
+offsets (``CALIB_SEED_OFFSET``) and thread counts at the ``quick`` profile, with
+``CALIB_AUDIT_FILE`` set: every :func:`calib.profile.claim`, :func:`~calib.profile.fact`,
+:func:`~calib.profile.verdict` and :func:`~calib.profile.report` appends its outcome there
+instead of stopping the chapter. One execution is one file::
+
+    results/audit/<chapter>/offset<k>-threads<t>.jsonl
+      line 1: {"chapter", "seed_offset", "threads", "cpu", "torch",
+               "commit", "seconds", "status"}
+      then:   {"kind", "claim", "outcome"}, one per claim, in order
+
+A finished file is not run again (the audit resumes like the ledger). A chapter may assert
+an empirical outcome with ``claim()`` only if every audited execution recorded it as
+``holds`` (``tests/test_audit.py``); the book's appendix renders :func:`hold_rates`.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+from .ledger import _cpu_model, _git_commit, committed_root
+
+__all__ = ["AUDIT_DIR", "TRAINING_CHAPTERS", "OFFSETS", "THREADS", "run", "records", "hold_rates"]
+
+AUDIT_DIR = "audit"
+# The chapters that train networks: their outcomes depend on seeds, threads and the CPU.
+TRAINING_CHAPTERS = ("02_overconfidence", "08_meta_regularisation", "09_calibrated_or_calibratable",
+                     "10_bench_of_regularisers", "11_reproducing_tables", "12_beyond_temperature_scaling",
+                     "13_calibration_under_shift")
+OFFSETS = (100, 200, 300, 400, 500)  # never the chapters' own offset 0, which wrote the claims
+THREADS = (1, 2)
+
+
+def _file(root: Path, chapter: str, offset: int, threads: int) -> Path:
+    return root / AUDIT_DIR / chapter / f"offset{offset}-threads{threads}.jsonl"
+
+
+def _execute(chapter: str, offset: int, threads: int, book: Path, record: Path) -> tuple[str, float]:
+    env = {**os.environ, "CALIB_PROFILE": "quick", "CALIB_SEED_OFFSET": str(offset),
+           "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+           "CALIB_AUDIT_FILE": str(record), "CALIB_PROGRESS": "0"}
+    env.pop("CALIB_SMOKE", None)
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
+               "--ExecutePreprocessor.timeout=3600", "--output-dir", tmp, str(book / f"{chapter}.ipynb")]
+        t0 = time.time()
+        done = subprocess.run(cmd, env=env, cwd=book, capture_output=True, text=True)
+    status = "finished" if done.returncode == 0 else "error: " + (done.stderr.strip().splitlines() or ["?"])[-1]
+    return status, time.time() - t0
+
+
+def run(chapters: Sequence[str] = TRAINING_CHAPTERS, offsets: Sequence[int] = OFFSETS,
+        threads: Sequence[int] = THREADS, root: str | os.PathLike | None = None,
+        log: Any = sys.stderr) -> list[Path]:
+    """Execute every chapter x offset x thread count not yet recorded; returns the files written."""
+    import torch
+
+    root = committed_root() if root is None else Path(root)
+    book = root.parent / "book"
+    if bad := [c for c in chapters if not (book / f"{c}.ipynb").is_file()]:
+        raise ValueError(f"no chapter {bad[0]!r} in {book}; the training chapters are {', '.join(TRAINING_CHAPTERS)}")
+    written = []
+    for chapter in chapters:
+        for offset in offsets:
+            for t in threads:
+                path = _file(root, chapter, offset, t)
+                if path.is_file():
+                    continue
+                path.parent.mkdir(parents=True, exist_ok=True)
+                print(f"audit: {chapter} at seed offset {offset}, {t} thread(s) ...", file=log, flush=True)
+                part = path.with_suffix(".part")
+                part.unlink(missing_ok=True)
+                part.touch()
+                status, seconds = _execute(chapter, offset, t, book, part)
+                head = {"chapter": chapter, "seed_offset": offset, "threads": t, "cpu": _cpu_model(),
+                        "torch": torch.__version__, "commit": _git_commit(), "seconds": round(seconds, 1),
+                        "status": status}
+                lines = part.read_text().splitlines()
+                part.unlink()
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text("\n".join([json.dumps(head), *lines]) + "\n")
+                os.replace(tmp, path)  # a killed audit leaves no half-written record
+                written.append(path)
+                n_fail = sum(json.loads(x)["outcome"] in ("fails", "contradicted") for x in lines)
+                print(f"audit: {chapter} offset {offset} threads {t}: {status}, {len(lines)} outcomes, "
+                      f"{n_fail} failing or contradicted, {seconds:.0f} s", file=log, flush=True)
+    return written
+
+
+def records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """Every audited outcome: the execution's header fields with ``kind``, ``claim``, ``outcome``."""
+    folder = (committed_root() if root is None else Path(root)) / AUDIT_DIR
+    rows = []
+    for path in sorted(folder.glob("*/*.jsonl")):
+        head, *lines = (json.loads(x) for x in path.read_text().splitlines())
+        rows += [{**head, **line} for line in lines]
+        if not lines:
+            rows.append({**head, "kind": None, "claim": None, "outcome": None})
+    return rows
+
+
+def hold_rates(root: str | os.PathLike | None = None) -> Any:
+    """Per chapter and claim: audited runs, how many held (``holds``) and the hold rate."""
+    import pandas as pd
+
+    frame = pd.DataFrame(records(root))
+    if frame.empty:
+        return pd.DataFrame(columns=["chapter", "kind", "claim", "runs", "held", "hold rate", "outcomes"])
+    frame = frame.dropna(subset=["claim"])
+    grouped = frame.groupby(["chapter", "kind", "claim"], sort=False)["outcome"]
+    out = grouped.agg(runs="size", held=lambda o: int((o == "holds").sum()),
+                      outcomes=lambda o: ", ".join(f"{k} {v}" for k, v in o.value_counts().items()))
+    out["hold rate"] = out["held"] / out["runs"]
+    return out.reset_index()[["chapter", "kind", "claim", "runs", "held", "hold rate", "outcomes"]]

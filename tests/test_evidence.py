@@ -1,0 +1,167 @@
+"""calib.evidence against scipy.stats, and its noise model against simulation."""
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from calib import evidence, metrics
+
+A = [7.1, 8.0, 7.6, 6.9]
+B = [2.0, 2.9, 1.7, 2.2]
+
+
+def test_paired_matches_scipy_ttest_rel():
+    v = evidence.compare(A, B, "a above b")
+    ref = stats.ttest_rel(A, B)
+    ci = ref.confidence_interval(0.95)
+    assert v.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert (v.low, v.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert v.effect == pytest.approx(np.mean(A) - np.mean(B))
+    assert v.outcome == "holds" and "paired t" in v.test
+
+
+def test_unpaired_matches_scipy_welch():
+    a, b = [1.0, 1.4, 0.9, 1.3, 1.1], [0.2, 0.9, 0.4]
+    v = evidence.compare(a, b, direction="greater")
+    ref = stats.ttest_ind(a, b, equal_var=False)
+    ci = ref.confidence_interval(0.95)
+    assert v.p == pytest.approx(ref.pvalue, rel=1e-9)
+    assert (v.low, v.high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    assert "Welch" in v.test
+
+
+def test_one_sample_matches_scipy():
+    v = evidence.compare([2.5, 2.7, 3.1], 2.0, "T above 2")
+    ref = stats.ttest_1samp([2.5, 2.7, 3.1], 2.0)
+    assert v.p == pytest.approx(ref.pvalue, rel=1e-9) and v.n_b == 0
+
+
+def test_outcomes_follow_direction_and_noise():
+    assert evidence.compare(A, B, direction="less").outcome == "contradicted"
+    noisy = evidence.compare([1.0, 3.0, 2.0], [2.1, 1.0, 2.6])
+    assert noisy.outcome == "undecided" and noisy.low < 0 < noisy.high
+    # test-set noise much larger than the seed noise turns a decided claim into undecided
+    assert evidence.compare(A, B, test_se=5.0).outcome == "undecided"
+
+
+def test_test_se_widens_the_interval_with_satterthwaite_df():
+    plain, both = evidence.compare(A, B), evidence.compare(A, B, test_se=0.3)
+    d = np.subtract(A, B)
+    seed_var = d.var(ddof=1) / d.size
+    var = seed_var + 0.09
+    df = var ** 2 / (seed_var ** 2 / (d.size - 1))
+    half = stats.t.ppf(0.975, df) * math.sqrt(var)
+    assert both.high - both.low == pytest.approx(2 * half)
+    assert both.high - both.low > plain.high - plain.low
+
+
+def test_one_seed_counts_test_noise_only():
+    v = evidence.compare([5.0], [1.0], test_se=1.0)
+    assert v.outcome == "holds" and v.p == pytest.approx(2 * stats.norm.sf(4.0))
+    assert evidence.compare([5.0], [1.0]).outcome == "undecided"
+
+
+def test_equivalence_is_two_one_sided_tests():
+    a, b = [1.0, 2.0, 3.0, 4.0], [1.5, 2.5, 3.2, 4.1]
+    v = evidence.compare(a, b, direction="equivalent", margin=1.0)
+    d = np.subtract(a, b)
+    p = max(stats.ttest_1samp(d, 1.0, alternative="less").pvalue,
+            stats.ttest_1samp(d, -1.0, alternative="greater").pvalue)
+    assert v.p == pytest.approx(p, rel=1e-9) and v.outcome == "holds"
+    assert evidence.compare(a, b, direction="equivalent", margin=0.05).outcome == "contradicted"
+    assert "90% CI" in str(v)
+
+
+def test_holm_and_fdr():
+    vs = [evidence.compare(A, B), evidence.compare([1.0, 3.0, 2.0], [2.1, 1.0, 2.6]),
+          evidence.compare([2.0, 2.2, 2.1], [1.9, 2.0, 2.05])]
+    p = np.array([v.p for v in vs])
+    holm = evidence.decide(vs)
+    order = np.argsort(p)
+    expect = np.minimum(np.maximum.accumulate(p[order] * np.array([3, 2, 1])), 1)
+    assert [holm[i].p_adjusted for i in order] == pytest.approx(expect)
+    bh = evidence.decide(vs, "bh")
+    assert [v.p_adjusted for v in bh] == pytest.approx(stats.false_discovery_control(p))
+    assert all(h.p_adjusted >= v.p for h, v in zip(holm, vs))
+    assert [v.outcome for v in evidence.decide(vs[:1])] == ["holds"]
+
+
+@pytest.mark.parametrize("kw, match", [
+    ({"a": [], "b": [1.0]}, "a is empty"),
+    ({"a": [1.0, float("nan")], "b": [1.0, 2.0]}, "a holds NaN"),
+    ({"a": [1.0, 2.0], "b": [1.0], "paired": True}, "paired=True"),
+    ({"a": [1.0, 2.0], "b": [1.0, 2.0], "direction": "up"}, "direction"),
+    ({"a": [1.0, 2.0], "b": [1.0, 2.0], "direction": "equivalent"}, "margin"),
+    ({"a": [1.0, 2.0], "b": [1.0, 2.0], "alpha": 0.7}, "alpha"),
+    ({"a": [1.0, 2.0], "b": [1.0, 2.0], "test_se": -1.0}, "test_se"),
+])
+def test_bad_input_names_the_argument(kw, match):
+    with pytest.raises(ValueError, match=match):
+        evidence.compare(**kw)
+
+
+def test_bad_family_and_types():
+    with pytest.raises(TypeError, match="a must be"):
+        evidence.compare(object(), [1.0])
+    with pytest.raises(ValueError, match="method"):
+        evidence.decide([evidence.compare(A, B)], "bonferroni")
+    with pytest.raises(ValueError, match="n_test"):
+        evidence.noise_floor(1)
+    with pytest.raises(ValueError, match="n_seeds"):
+        evidence.detectable_difference(1000, 0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(-5, 5), min_size=3, max_size=6), st.floats(0.01, 3))
+def test_swapping_the_methods_mirrors_the_verdict(a, shift):
+    b = [x - shift + 0.1 * i for i, x in enumerate(a)]
+    v, w = evidence.compare(a, b), evidence.compare(b, a, direction="less")
+    assert v.effect == pytest.approx(-w.effect, abs=1e-9)
+    assert v.outcome == w.outcome and v.p == pytest.approx(w.p)
+
+
+def test_bootstrap_se_matches_the_noise_of_fresh_test_sets():
+    # a calibrated model at N = 1,000: the spread of its ECE over fresh test sets (the truth)
+    # against the bootstrap standard error computed from one test set
+    rng = np.random.default_rng(1)
+    conf = evidence._confidences(None, 10)
+    truth = [metrics.ece(*evidence._calibrated_sample(rng, conf, 1000, 10), 15) for _ in range(300)]
+    ses = []
+    for _ in range(5):
+        probs, labels = evidence._calibrated_sample(rng, conf, 1000, 10)
+        ses.append(evidence.test_se(lambda p, y: metrics.ece(p, y, 15), [probs], labels, n_boot=150))
+    assert np.std(truth, ddof=1) == pytest.approx(np.mean(ses), rel=0.3)
+    # and noise_floor reports that spread, with the level the book quotes (about 3 %)
+    mean, sd = evidence.noise_floor(1000, sims=300, seed=2)
+    assert 0.025 < mean < 0.035
+    assert sd == pytest.approx(np.std(truth, ddof=1), rel=0.2)
+
+
+def test_detectable_difference_has_its_stated_power():
+    n_test, n_seeds, seed_sd = 2000, 4, 0.004
+    mde = evidence.detectable_difference(n_test, n_seeds, seed_sd=seed_sd, sims=300)
+    test_sd = evidence.noise_floor(n_test, sims=300)[1]
+    sd = math.sqrt(seed_sd ** 2 + test_sd ** 2)  # each run's noise
+    rng = np.random.default_rng(3)
+    hits = 0
+    for _ in range(2000):
+        a = mde + sd * rng.standard_normal(n_seeds)
+        b = sd * rng.standard_normal(n_seeds)
+        hits += evidence.compare(a, b).outcome == "holds"
+    assert hits / 2000 == pytest.approx(0.8, abs=0.04)
+    assert evidence.detectable_difference(10_000, n_seeds, sims=300) < mde  # more test images
+    assert evidence.detectable_difference(n_test, 8, seed_sd=seed_sd, sims=300) < mde  # more seeds
+
+
+def test_compare_runs_counts_both_noises():
+    rng = np.random.default_rng(4)
+    conf = evidence._confidences(None, 10)
+    sharp = [evidence._calibrated_sample(rng, conf, 500, 10) for _ in range(3)]
+    labels = sharp[0][1]
+    over = [np.clip(p ** 0.5 / (p ** 0.5).sum(1, keepdims=True), 0, 1) for p, _ in sharp]
+    calm = [p for p, _ in sharp]
+    v = evidence.compare_runs(metrics.nll, calm, over, labels, "x", scale=1.0, n_boot=50)
+    assert "bootstrap" in v.test and v.n_a == 3
