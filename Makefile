@@ -35,9 +35,13 @@ $(STAMP): pyproject.toml constraints.txt
 setup: $(STAMP)
 
 # For readers and students: JupyterLab on book/ with the kernel of $(VENV) (never run by CI).
+# Jupyter refuses to start as root without --allow-root, and containers and Colab-like
+# images run as root: the flag is passed exactly when the user is root.
+UID ?= $(shell id -u)
+LAB_ARGS ?=
 lab: $(STAMP)
 	@echo "lab: open the http://localhost:8888/lab?token=... address printed below; Ctrl+C stops it"
-	$(BIN)/jupyter lab --notebook-dir=book
+	$(BIN)/jupyter lab --notebook-dir=book $(if $(filter 0,$(UID)),--allow-root) $(LAB_ARGS)
 
 # Coursework (book/assignments/, otter-grader): <name>/student/ to hand out and
 # <name>/autograder/<name>-autograder.zip to grade with `otter run`. Add --publish to

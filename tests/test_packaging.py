@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import pathlib
 import re
 import sys
@@ -145,3 +148,41 @@ def test_every_bibliography_entry_closes_before_the_next_begins():
             depth -= 1
             assert depth >= 0, f"book/references.bib line {line}: unbalanced '}}'"
     assert depth == 0, "book/references.bib: the last entry is not closed"
+
+
+def test_make_lab_passes_allow_root_exactly_for_root():
+    def dry(uid: str) -> str:
+        out = subprocess.run(["make", "-n", "-o", ".venv/.installed", "lab", f"UID={uid}"], cwd=ROOT,
+                             capture_output=True, text=True, check=True).stdout
+        return next(line for line in out.splitlines() if "jupyter lab" in line)
+
+    assert "--allow-root" in dry("0") and "--allow-root" not in dry("1000")
+
+
+@pytest.mark.skipif(not (ROOT / ".venv/bin/jupyter").exists(), reason="needs the project's .venv (make setup)")
+def test_make_lab_starts_as_this_user_and_serves_the_book(tmp_path):
+    """As root (every container and Colab-like image) jupyter refuses to start without the flag."""
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    args = f"--no-browser --ip=127.0.0.1 --port={port} --IdentityProvider.token=t"
+    env = {**os.environ, "JUPYTER_RUNTIME_DIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path)}
+    proc = subprocess.Popen(["make", "-o", ".venv/.installed", "lab", f"LAB_ARGS={args}"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline, status = time.time() + 90, None
+        while time.time() < deadline and proc.poll() is None and status is None:
+            try:
+                status = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/contents?token=t", timeout=2).status
+            except OSError:
+                time.sleep(1)
+        why = proc.stderr.read()[-500:] if proc.poll() is not None else ""
+        assert status == 200, f"jupyter lab did not serve (exit {proc.poll()}): {why}"
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(30)
