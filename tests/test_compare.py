@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from calib import metrics
 from calib.experiments import compare, papers
 
 CASE = dict(data="gaussian", model="mlp", model_kwargs={"hidden": [16]}, epochs=2, batch_size=32,
@@ -81,3 +82,43 @@ def test_bad_cases_and_seeds_are_refused():
         compare.run_methods({"data": "gaussian"}, METHODS, seeds=1)
     with pytest.raises(ValueError, match="seeds"):
         compare.run_methods(CASE, METHODS, seeds=0)
+    for bad in ([], [1, 1], [-1], [True]):
+        with pytest.raises(ValueError, match="seeds"):
+            compare.run_methods(CASE, METHODS, seeds=bad)
+    with pytest.raises(ValueError, match="protocol"):
+        compare.run_methods({**CASE, "protocol": {"lr": 1.0}}, METHODS, seeds=1)
+
+
+def test_seed_lists_and_the_protocol_reach_the_runs(runs):
+    # an explicit seed list (profile.seeds) trains those seeds on their own data
+    one = {"CE": METHODS["CE"]}
+    shifted = compare.run_methods(CASE, one, seeds=[1])
+    assert shifted["CE"][0]["seed"] == 1 and runs["CE"][1]["seed"] == 1
+    assert torch.equal(shifted["CE"][0]["probs"], runs["CE"][1]["probs"])
+    # the protocol's fields go into every run's TrainConfig (model selection here)
+    best = compare.run_methods({**CASE, "protocol": {"select": "best_val", "ts_method": "grid"}}, one, seeds=[0])
+    m = best["CE"][0]["metrics"]
+    assert m["select"] == "best_val" and m["ts_method"] == "grid"
+    assert 1 <= m["selected_epoch"] <= CASE["epochs"]
+
+
+def test_ts_probs_and_method_verdicts(runs):
+    scaled = compare.ts_probs(runs["CE"])
+    for r, p in zip(runs["CE"], scaled):
+        t = r["metrics"]["temperature"]
+        assert torch.allclose(p, torch.softmax(r["probs"].log() / t, 1))
+    labels = [r["labels"] for r in runs["CE"]]
+    probs = [r["probs"] for r in runs["CE"]]
+    v = compare.method_verdict(probs, probs, labels, metrics.ece, "CE below itself",
+                               shared_test=False, direction="less")
+    assert v.effect == 0 and v.outcome == "undecided" and v.n_a == 2
+    # one test set for both seeds: the bootstrap's noise is added
+    same = [labels[0], labels[0]]
+    probs0 = [probs[0], probs[0].flip(1).softmax(1)]
+    w = compare.method_verdict(probs0, [probs[0], probs[0]], same, metrics.nll, "x",
+                               shared_test=True, direction="greater", scale=1.0)
+    assert "bootstrap" in w.test
+    with pytest.raises(ValueError, match="differ"):
+        compare.method_verdict(probs, probs, labels, metrics.ece, "x", shared_test=True)
+    with pytest.raises(ValueError, match="one entry per seed"):
+        compare.method_verdict(probs, probs[:1], labels, metrics.ece, "x", shared_test=False)

@@ -16,8 +16,10 @@ from calib.experiments import (
     pearson,
     toy_weight_correlation,
     true_calibration_error,
+    true_top_label_ece,
     weight_correlations,
 )
+from calib import metrics
 
 
 def test_true_calibration_error_by_hand():
@@ -27,6 +29,27 @@ def test_true_calibration_error_by_hand():
     assert l2[0].item() == pytest.approx(math.sqrt(0.04 + 0.09 + 0.01)) and l2[1].item() == pytest.approx(0.0)
     assert true_calibration_error(p, eta, "sq")[0].item() == pytest.approx(0.14)
     assert true_calibration_error(p, eta, "top")[0].item() == pytest.approx(0.2)  # |0.7 - 0.5| on class 0
+
+
+def test_true_top_label_ece_is_binned_ece_with_eta_for_the_accuracy():
+    # bin (0.6, 0.6667] of 15 holds 0.62 and 0.65 (mean eta of the top class 0.5):
+    # |0.5 - 0.635| * 2/3; bin (0.8667, 0.9333] holds 0.9 with eta 0.9: gap 0
+    p = torch.tensor([[0.62, 0.38], [0.35, 0.65], [0.9, 0.1]], dtype=torch.float64)
+    eta = torch.tensor([[0.3, 0.7], [0.3, 0.7], [0.9, 0.1]], dtype=torch.float64)
+    assert true_top_label_ece(p, eta) == pytest.approx(abs(0.5 - 0.635) * 2 / 3)
+    # with the one-hot labels as eta it is the label-based ECE (bins (lo, hi], 0.6 in (0.53, 0.6])
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(500, 4, generator=g, dtype=torch.float64), 1)
+    probs[0] = torch.tensor([0.6, 0.2, 0.1, 0.1], dtype=torch.float64)
+    y = torch.randint(0, 4, (500,), generator=g)
+    onehot = torch.nn.functional.one_hot(y, 4).double()
+    for n_bins in (5, 15, 100):
+        assert true_top_label_ece(probs, onehot, n_bins) == pytest.approx(metrics.ece(probs, y, n_bins))
+    # between the per-example mean |eta_y - p_y| (an upper bound) and 0
+    eta_r = torch.softmax(3 * torch.randn(500, 4, generator=g, dtype=torch.float64), 1)
+    assert 0 <= true_top_label_ece(probs, eta_r) <= true_calibration_error(probs, eta_r, "top").mean() + 1e-12
+    with pytest.raises(ValueError, match="eta"):
+        true_top_label_ece(p, eta[:, :1])
 
 
 def test_true_calibration_error_validates():

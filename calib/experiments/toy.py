@@ -48,6 +48,7 @@ __all__ = [
     "PAPER_TOY_CORRELATION",
     "DEFAULT_GRID",
     "true_calibration_error",
+    "true_top_label_ece",
     "pearson",
     "weight_correlations",
     "train_toy_classifier",
@@ -89,6 +90,33 @@ def true_calibration_error(probs: Any, eta: Any, error: str = "l2") -> Tensor:
         top = p.argmax(1, keepdim=True)
         return (p.gather(1, top) - e.gather(1, top)).abs().squeeze(1)
     raise ValueError(f"error must be one of {ERRORS}, got {error!r}")
+
+
+def true_top_label_ece(probs: Any, eta: Any, n_bins: int = 15) -> float:
+    """The top-label ECE on ``n_bins`` equal-width bins with the labels' noise removed.
+
+    With the true posterior η known, example i is right with probability ``η_ŷ(x_i)``
+    (ŷ = argmax p̂). Binned ECE (:func:`calib.metrics.ece`, bins ``(lo, hi]``) replaces each
+    bin's accuracy by ``mean_{i in B_m} η_ŷ(x_i)``::
+
+        ECE_η = sum_m |B_m|/N |mean_{B_m} η_ŷ − mean_{B_m} p̂_ŷ|
+
+    so it differs from the label-based ECE only by the sampling of the labels. Compared with the
+    true top-label calibration error ``E|P(right | p̂_ŷ) − p̂_ŷ|`` it keeps the binning: by
+    Jensen's inequality it is at most that error (up to the sampling of x), while the mean
+    ``|η_ŷ − p̂_ŷ|`` (:func:`true_calibration_error`, ``"top"``) is at least it.
+    """
+    p = check_probs(probs, "probs").double()
+    e = check_probs(eta, "eta").double()
+    if e.shape != p.shape:
+        raise ValueError(f"eta must have the shape of probs {tuple(p.shape)}, got {tuple(e.shape)}")
+    n_bins = check_positive_int(n_bins, "n_bins")
+    conf, top = p.max(1)
+    right = e.gather(1, top[:, None]).squeeze(1)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
+    idx = torch.bucketize(conf, edges[1:-1])  # (lo, hi], as metrics.ece; 0 in the first bin
+    gap = torch.zeros(n_bins, dtype=torch.float64).index_add_(0, idx, right - conf)
+    return float(gap.abs().sum() / conf.numel())
 
 
 def pearson(a: Any, b: Any) -> float:
