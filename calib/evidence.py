@@ -42,7 +42,7 @@ Direction = Literal["greater", "less", "equivalent"]
 OUTCOMES = ("holds", "contradicted", "undecided")
 
 __all__ = ["Verdict", "compare", "decide", "test_se", "compare_runs", "noise_floor",
-           "detectable_difference", "table", "tally", "OUTCOMES"]
+           "detectable_difference", "table", "tally", "entropy_of_wrong", "nll_of_wrong", "OUTCOMES"]
 
 
 @dataclass(frozen=True)
@@ -103,14 +103,20 @@ def _outcome(direction: str, effect: float, p: float, alpha: float) -> str:
 
 def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             direction: Direction = "greater", alpha: float = 0.05, paired: bool | None = None,
-            test_se: float = 0.0, margin: float | None = None, unit: str = "") -> Verdict:
+            test_se: float = 0.0, margin: float | None = None, unit: str = "",
+            seed_sd: float | None = None) -> Verdict:
     """Test the claim "a > b" (``direction="greater"``), "a < b" (``"less"``) or
     "|a − b| < margin" (``"equivalent"``) on per-seed values.
 
     ``a``, ``b``: one value per seed (``b`` may be a constant: a one-sample test).
     ``paired``: None pairs by position when both have the same length (the same seeds).
     ``test_se``: the test-set sampling noise of mean(a) − mean(b) (:func:`test_se`),
-    added to the seed noise; 0 counts the seed noise only.
+    added to the seed noise; 0 counts the seed noise only. Adding it to the spread of
+    the per-seed differences counts the runs' own test noise twice: conservative, it
+    widens the interval, never narrows it.
+    ``seed_sd``: with one seed the seed noise cannot be measured, and the verdict is
+    ``undecided`` unless a per-run seed standard deviation (e.g. from a pilot with more
+    seeds) is given; it then enters as ``2 seed_sd² / n`` (two independent runs).
 
     Outcome, for ``greater``/``less``: the two-sided test at level ``alpha`` rejects "no
     difference" and the effect has the claimed sign (``holds``) or the opposite one
@@ -137,9 +143,15 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     if paired and xa.size != xb.size:
         raise ValueError(f"paired=True needs as many values in a as in b, got {xa.size} and {xb.size}")
     effect, seed_var, df, test = _difference(xa, xb, one_sample, paired)
+    if df == 0 or min(xa.size, xb.size if not one_sample else 2) < 2:  # a side with one seed
+        if seed_sd is None:
+            return Verdict(claim, direction, effect, math.nan, math.nan, 1.0, 1.0, "undecided",
+                           int(xa.size), 0 if one_sample else int(xb.size),
+                           test + " (one seed: seed noise unknown)", alpha, margin, unit)
+        seed_var, df = (1 if one_sample else 2) * seed_sd ** 2 / max(xa.size, 1), math.inf
     var = seed_var + test_se ** 2
     if test_se > 0:  # Welch-Satterthwaite, the bootstrap variance counted with infinite df
-        df = var ** 2 / (seed_var ** 2 / df) if seed_var > 0 else math.inf
+        df = var ** 2 / (seed_var ** 2 / df) if seed_var > 0 and math.isfinite(df) else math.inf
         test += " + test-set bootstrap"
     level = 2 * alpha if direction == "equivalent" else alpha
     if var == 0:  # one seed and no test noise: nothing measures the noise
@@ -239,6 +251,25 @@ def test_se(metric: Metric, probs_a: Sequence[object], labels: object, probs_b: 
         idx = rng.integers(0, y.shape[0], y.shape[0])
         draws[i] = sign @ np.array([metric(p[idx], y[idx]) for p in runs])
     return float(draws.std(ddof=1))
+
+
+def _wrong(probs: object, labels: object) -> tuple[np.ndarray, np.ndarray]:
+    p, y = np.asarray(probs, dtype=np.float64), np.asarray(labels)
+    wrong = p.argmax(1) != y
+    return p[wrong], y[wrong]
+
+
+def entropy_of_wrong(probs: object, labels: object) -> float:
+    """Mean entropy ``−Σ_k p_k log p_k`` of the wrong predictions (Mukhoti et al. 2020, Fig. 1b);
+    NaN if none is wrong. A test-set statistic for :func:`compare_runs`."""
+    p, _ = _wrong(probs, labels)
+    return float(-(p * np.log(np.clip(p, 1e-300, 1))).sum(1).mean()) if len(p) else math.nan
+
+
+def nll_of_wrong(probs: object, labels: object) -> float:
+    """Mean NLL ``−log p_y`` of the wrong predictions (Mukhoti et al. 2020, Fig. 1c); NaN if none."""
+    p, y = _wrong(probs, labels)
+    return float(-np.log(np.clip(p[np.arange(len(y)), y], 1e-300, 1)).mean()) if len(p) else math.nan
 
 
 def compare_runs(metric: Metric, probs_a: Sequence[object], probs_b: Sequence[object], labels: object,
@@ -351,5 +382,8 @@ def table(verdicts: Sequence[Verdict], digits: int = 2) -> object:
 def tally(verdicts: Sequence[Verdict]) -> str:
     """``"2 of 4 hold, 0 are contradicted and 2 are undecided"``: a family's outcomes for prose."""
     n = {o: sum(v.outcome == o for v in verdicts) for o in OUTCOMES}
-    return (f"{n['holds']} of {len(verdicts)} hold, {n['contradicted']} are contradicted and "
-            f"{n['undecided']} are undecided")
+    def are(k: int) -> str:
+        return "is" if k == 1 else "are"
+
+    return (f"{n['holds']} of {len(verdicts)} hold, {n['contradicted']} {are(n['contradicted'])} "
+            f"contradicted and {n['undecided']} {are(n['undecided'])} undecided")

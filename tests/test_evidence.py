@@ -58,10 +58,14 @@ def test_test_se_widens_the_interval_with_satterthwaite_df():
     assert both.high - both.low > plain.high - plain.low
 
 
-def test_one_seed_counts_test_noise_only():
+def test_one_seed_is_undecided_unless_the_seed_noise_is_given():
+    # one run per method: its seed noise is unknown, not zero, so test noise alone decides nothing
     v = evidence.compare([5.0], [1.0], test_se=1.0)
-    assert v.outcome == "holds" and v.p == pytest.approx(2 * stats.norm.sf(4.0))
-    assert evidence.compare([5.0], [1.0]).outcome == "undecided"
+    assert v.outcome == "undecided" and "one seed" in v.test and math.isnan(v.low)
+    assert evidence.compare([5.0, 6.0, 5.5], [1.0], paired=False).outcome == "undecided"
+    # with a pilot's seed sd: var = 2 sd^2 + test_se^2, normal quantiles
+    w = evidence.compare([5.0], [1.0], test_se=1.0, seed_sd=1.0)
+    assert w.outcome == "holds" and w.p == pytest.approx(2 * stats.norm.sf(4.0 / math.sqrt(3.0)))
 
 
 def test_equivalence_is_two_one_sided_tests():
@@ -165,3 +169,11 @@ def test_compare_runs_counts_both_noises():
     calm = [p for p, _ in sharp]
     v = evidence.compare_runs(metrics.nll, calm, over, labels, "x", scale=1.0, n_boot=50)
     assert "bootstrap" in v.test and v.n_a == 3
+
+
+def test_statistics_of_the_wrong_predictions():
+    p = np.array([[0.7, 0.2, 0.1], [0.1, 0.8, 0.1], [0.5, 0.25, 0.25]])
+    y = np.array([1, 1, 0])  # only the first is wrong
+    assert evidence.entropy_of_wrong(p, y) == pytest.approx(-(p[0] * np.log(p[0])).sum())
+    assert evidence.nll_of_wrong(p, y) == pytest.approx(-np.log(0.2))
+    assert math.isnan(evidence.nll_of_wrong(p[1:], y[1:]))
