@@ -6,6 +6,10 @@
                             when a richer map overfits (Kull et al. 2019, §5; Guo et al. 2017, §5)
 ``estimator_bias``          binned ECE, debiased ℓ2 CE and smooth ECE against the true values on
                             a two-class Gaussian mixture whose posterior η is known
+``floor_table``             how much of each shipped CIFAR record sits at its float16 floor 2^-24
+``true_class_below``        the share of examples whose true class gets a probability below a level
+``true_class_view``         ``[p_y, 1 - p_y]``: the NLL at a fraction of the cost of all K columns
+``paired_verdicts``         methods against each other on the same test examples, NLL and ECE
 
 What we chose for the simulation (so its numbers can be judged): two Gaussian classes
 (:func:`calib.data.gaussian_mixture`, ``dim=2``) and a model whose logits are
@@ -27,13 +31,14 @@ that difference is part of what the simulation shows.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from .. import metrics, posthoc, profile
+from .. import evidence, metrics, posthoc, profile
 from .._checks import ArrayLike, check_labels, check_logits, check_positive_int
 from ..data.toy import gaussian_mixture
 from ..metrics.smooth import _smooth_ece_fit
@@ -44,7 +49,12 @@ __all__ = [
     "validation_size_study",
     "estimator_bias",
     "true_binary_errors",
+    "floor_table",
+    "true_class_below",
+    "true_class_view",
+    "paired_verdicts",
     "METRICS",
+    "FLOOR",
 ]
 
 # name -> (metric, extra keyword arguments); every metric takes (probs, labels)
@@ -58,6 +68,11 @@ _FAST = {"ECE", "NLL", "l2 CE (debiased)"}  # cheap enough for n_boot replicates
 # Smoke mode (calib.profile.smoke) runs a chapter's colab/paper branch on a CPU in seconds:
 # samples per split, bootstrap replicates and smooth-ECE replicates are capped to these.
 SMOKE_SAMPLES, SMOKE_BOOT, SMOKE_BOOT_SMOOTH = 200, 20, 2
+
+
+# The shipped CIFAR records (calib.data.cifar_predictions) store every probability below
+# 2**-24 as 2**-24, so their log-probabilities are clipped at -16.6.
+FLOOR = 2.0 ** -24
 
 
 def _smoke(value: int, cap: int) -> int:
@@ -99,6 +114,23 @@ def _check_factories(calibrators: Mapping[str, Callable[[], Any]]) -> dict[str, 
     return dict(calibrators)
 
 
+def _fit(make: Callable[[], Any], gv: Tensor, yv: Tensor) -> tuple[Any, dict[str, Any]]:
+    """A fitted calibrator and what its fit warned about: ``warnings`` (the number of
+    RuntimeWarnings: a class absent from the validation labels, a separable set, no
+    convergence), ``unconverged`` (the optimiser stopped at ``max_iter`` with a gradient
+    above tolerance) and ``separable`` (the map classifies every validation example
+    correctly, so an unregularised NLL has no finite minimiser)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", RuntimeWarning)
+        cal = make().fit(gv, yv)
+    raised = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+    return cal, {"warnings": len(raised), "unconverged": any("did not converge" in m for m in raised),
+                 "separable": any("every validation prediction is correct" in m for m in raised)}
+
+
+_NO_FIT = {"warnings": 0, "unconverged": False, "separable": False}
+
+
 def _scores(p: Tensor, y: Tensor, n_boot: int, n_boot_smooth: int, seed: int) -> list[dict[str, Any]]:
     rows = []
     for name, fn in METRICS.items():
@@ -121,17 +153,25 @@ def compare_calibrators(
     n_boot: int = 200,
     n_boot_smooth: int = 0,
     seed: int = 0,
+    return_probs: bool = False,
 ) -> Any:
     """Fit each calibrator on the validation logits and score it on the test logits.
 
     Returns a tidy pandas DataFrame with columns ``method`` (``"none"`` first: the
-    uncalibrated softmax), ``metric`` (the keys of :data:`METRICS`), ``value`` and a 95%
+    uncalibrated softmax), ``metric`` (the keys of :data:`METRICS`), ``value``, a 95%
     percentile bootstrap interval ``low``/``high`` over the test samples
     (:func:`calib.metrics.bootstrap_ci`, ``n_boot`` replicates; the smooth ECE, whose
-    bandwidth search costs ~0.5 s a call, gets ``n_boot_smooth``, and NaN bounds at 0).
-    The bootstrap holds the fitted map fixed: it measures test-set noise, not the
-    validation set's. In smoke mode both splits keep their first :data:`SMOKE_SAMPLES`
-    rows and the replicates are capped.
+    bandwidth search costs ~0.5 s a call, gets ``n_boot_smooth``, and NaN bounds at 0)
+    ``warnings``, the number of RuntimeWarnings the method's fit raised (a class absent
+    from the validation labels, a separable validation set, no convergence),
+    ``unconverged``, whether the fit stopped at its ``max_iter`` with a gradient above
+    tolerance, and ``separable``, whether the fitted map classifies every validation
+    example correctly (an unregularised NLL then has no finite minimiser). The bootstrap holds
+    the fitted map fixed: it measures test-set noise, not the validation set's.
+    ``return_probs``: also return each method's test probabilities (float64) and the
+    test labels, ``(frame, {method: probs}, labels)``, for paired comparisons
+    (:func:`calib.evidence.compare_runs`). In smoke mode both splits keep their first
+    :data:`SMOKE_SAMPLES` rows and the replicates are capped.
     """
     import pandas as pd
 
@@ -146,11 +186,14 @@ def compare_calibrators(
     n_boot, n_boot_smooth = _smoke(n_boot, SMOKE_BOOT), _smoke(n_boot_smooth, SMOKE_BOOT_SMOOTH)
     gv, yv = gv[:_smoke(len(yv), SMOKE_SAMPLES)], yv[:_smoke(len(yv), SMOKE_SAMPLES)]
     gt, yt = gt[:_smoke(len(yt), SMOKE_SAMPLES)], yt[:_smoke(len(yt), SMOKE_SAMPLES)]
-    probs = {"none": torch.softmax(gt.double(), dim=1)}
+    probs, warned = {"none": torch.softmax(gt.double(), dim=1)}, {"none": _NO_FIT}
     for name, make in factories.items():
-        probs[name] = make().fit(gv, yv).predict_proba(gt).double()
-    rows = [{"method": m, **r} for m, p in probs.items() for r in _scores(p, yt, n_boot, n_boot_smooth, seed)]
-    return pd.DataFrame(rows)
+        cal, warned[name] = _fit(make, gv, yv)
+        probs[name] = cal.predict_proba(gt).double()
+    rows = [{"method": m, **r, **warned[m]}
+            for m, p in probs.items() for r in _scores(p, yt, n_boot, n_boot_smooth, seed)]
+    frame = pd.DataFrame(rows)
+    return (frame, probs, yt) if return_probs else frame
 
 
 def validation_size_study(
@@ -160,15 +203,24 @@ def validation_size_study(
     sizes: Sequence[int] = (500, 1000, 5000),
     seeds: Iterable[int] = (0, 1, 2),
     n_test: int = 5000,
+    *,
+    split_seed: int = 0,
+    return_probs: bool = False,
 ) -> Any:
     """Test NLL and ECE of each calibrator fitted on validation sets of each size.
 
-    For each seed the samples are shuffled once (``torch.Generator().manual_seed(seed)``);
-    the last ``n_test`` are the test set and the first ``size`` the validation set, so
-    every method and size of one seed is scored on the same test points. Returns a tidy
-    DataFrame ``seed, size, method, NLL, ECE`` (``method="none"``: the uncalibrated
-    softmax). In smoke mode seeds are capped and the sizes and ``n_test`` cut to
-    :data:`SMOKE_SAMPLES` (the rows keep the sizes asked for).
+    One shuffle (``torch.Generator().manual_seed(split_seed)``) sets the test set, its
+    last ``n_test`` samples, for every seed, size and method; the rest is the pool the
+    validation sets come from. Each seed draws its validation sets from the pool (the
+    first ``size`` of a seeded permutation of it), so the spread over seeds is the
+    validation set's noise alone. A size equal to the pool is the whole pool for every
+    seed: fitted once, its rows repeat. Returns a tidy DataFrame ``seed, size, method,
+    NLL, ECE, val NLL, warnings, unconverged, separable`` (``method="none"``: the
+    uncalibrated softmax; ``val NLL``: the fitted map's NLL on its own validation set;
+    the last three as in :func:`compare_calibrators`). ``return_probs``: also return the test
+    probabilities (float32) ``{(size, method): [one per seed]}`` and the test labels, for
+    :func:`calib.evidence.compare_runs`. In smoke mode seeds are capped and the sizes and
+    ``n_test`` cut to :data:`SMOKE_SAMPLES` (the rows keep the sizes asked for).
     """
     import pandas as pd
 
@@ -176,25 +228,119 @@ def validation_size_study(
     g = check_logits(logits, "logits", refuse_probs=True)
     y = check_labels(labels, g.shape[0], g.shape[1], "labels").to(g.device)
     n_test = _smoke(check_positive_int(n_test, "n_test"), SMOKE_SAMPLES)
+    split_seed = check_positive_int(split_seed, "split_seed", minimum=0)
     sizes = [check_positive_int(s, "sizes", minimum=2) for s in sizes]
     if not sizes or _smoke(max(sizes), SMOKE_SAMPLES) + n_test > g.shape[0]:
         raise ValueError(f"sizes (max {max(sizes, default=0)}) plus n_test = {n_test} exceed the N = {g.shape[0]} samples")
     seeds = list(seeds)
     seeds = seeds[: profile.smoke_cap("seeds", len(seeds))]
-    rows = []
+    order = torch.randperm(g.shape[0], generator=torch.Generator().manual_seed(split_seed)).to(g.device)
+    pool, test = order[:-n_test], order[-n_test:]
+    yt = y[test]
+    base = torch.softmax(g[test].double(), dim=1)
+    rows, probs, whole = [], {}, {}  # whole: fits on the whole pool, shared by every seed
     for seed in seeds:
-        order = torch.randperm(g.shape[0], generator=torch.Generator().manual_seed(int(seed))).to(g.device)
-        test = order[-n_test:]
-        base = torch.softmax(g[test].double(), dim=1)
+        draw = torch.randperm(len(pool), generator=torch.Generator().manual_seed(int(seed))).to(g.device)
         for size in sizes:
-            val = order[:_smoke(size, SMOKE_SAMPLES)]  # the row keeps the size asked for
-            rows.append({"seed": seed, "size": size, "method": "none",
-                         "NLL": metrics.nll(base, y[test]), "ECE": metrics.ece(base, y[test])})
+            m = _smoke(size, SMOKE_SAMPLES)  # the row keeps the size asked for
+            val = pool if m == len(pool) else pool[draw[:m]]
+            fits = {"none": (base, metrics.nll(torch.softmax(g[val].double(), dim=1), y[val]), _NO_FIT)}
             for name, make in factories.items():
-                p = make().fit(g[val], y[val]).predict_proba(g[test]).double()
-                rows.append({"seed": seed, "size": size, "method": name,
-                             "NLL": metrics.nll(p, y[test]), "ECE": metrics.ece(p, y[test])})
-    return pd.DataFrame(rows)
+                if m == len(pool) and name in whole:
+                    fits[name] = whole[name]
+                    continue
+                cal, warned = _fit(make, g[val], y[val])
+                fits[name] = (cal.predict_proba(g[test]).double(),
+                              metrics.nll(cal.predict_proba(g[val]).double(), y[val]), warned)
+                if m == len(pool):
+                    whole[name] = fits[name]
+            for name, (p, val_nll, warned) in fits.items():
+                rows.append({"seed": seed, "size": size, "method": name, "NLL": metrics.nll(p, yt),
+                             "ECE": metrics.ece(p, yt), "val NLL": val_nll, **warned})
+                if return_probs:
+                    probs.setdefault((size, name), []).append(p.float())
+    frame = pd.DataFrame(rows)
+    return (frame, probs, yt) if return_probs else frame
+
+
+def floor_table(names: Sequence[str] | None = None) -> Any:
+    """How much of each shipped CIFAR record sits at the float16 floor :data:`FLOOR` = 2^-24.
+
+    One row per record (default: all of :func:`calib.data.cifar_prediction_names`):
+    ``classes``, ``entries at floor (%)`` (of all N x K probabilities), ``rows with one
+    (%)`` (images with at least one floored class) and ``true class at floor`` (images
+    whose true class is floored: their log-probability, and so their NLL term, is clipped
+    at -log 2^-24 = 16.6 nats). Renormalising a row in float32 moves the floor by under
+    one part in a thousand, so an entry counts as floored below 1.01 x 2^-24.
+    """
+    import pandas as pd
+
+    from ..data import cifar_prediction_names, cifar_predictions
+
+    rows = []
+    for name in cifar_prediction_names() if names is None else list(names):
+        p, y = cifar_predictions(name)
+        at = p <= 1.01 * FLOOR
+        rows.append({"record": name, "classes": p.shape[1], "entries at floor (%)": 100 * at.double().mean().item(),
+                     "rows with one (%)": 100 * at.any(1).double().mean().item(),
+                     "true class at floor": int(at[torch.arange(len(y)), y].sum()),
+                     "smallest p": float(p.min())})
+    return pd.DataFrame(rows).set_index("record")
+
+
+def true_class_below(probs: ArrayLike, labels: ArrayLike, level: float = 1e-3) -> float:
+    """Share of examples whose true class gets a probability below ``level``: the examples
+    that cost the NLL more than ``-log level`` nats each (a metric for
+    :func:`calib.evidence.compare_runs`)."""
+    p = torch.as_tensor(probs)
+    y = torch.as_tensor(labels, device=p.device).long()
+    if p.ndim != 2 or y.shape != (p.shape[0],):
+        raise ValueError(f"probs must be (N, K) and labels (N,), got {tuple(p.shape)} and {tuple(y.shape)}")
+    if not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    return float((p[torch.arange(len(y)), y] < level).double().mean())
+
+
+def true_class_view(probs: ArrayLike, labels: ArrayLike) -> Tensor:
+    """``(N, 2)`` probabilities ``[p_y, 1 - p_y]`` whose true class is column 0.
+
+    Any metric of the true class's probability alone (the NLL, :func:`true_class_below`)
+    takes the same value on the view with all-zero labels, at a fraction of the cost of
+    the ``K`` columns: what a bootstrap that recomputes the NLL thousands of times needs
+    (:func:`calib.evidence.test_se`). Not for the ECE, which needs the top class.
+    """
+    p = torch.as_tensor(probs)
+    y = torch.as_tensor(labels, device=p.device).long()
+    if p.ndim != 2 or y.shape != (p.shape[0],):
+        raise ValueError(f"probs must be (N, K) and labels (N,), got {tuple(p.shape)} and {tuple(y.shape)}")
+    q = p[torch.arange(len(y), device=p.device), y]
+    return torch.stack([q, 1 - q], dim=1)
+
+
+def paired_verdicts(probs: Mapping[str, ArrayLike], labels: ArrayLike, pairs: Sequence[tuple[str, str]],
+                    prefix: str, *, n_boot: int = 200, seed: int = 0) -> list[Any]:
+    """For each ``(a, b)`` in ``pairs``, the verdicts "``prefix``: a has a lower test NLL than
+    b" and "... test ECE than b" (:func:`calib.evidence.compare_runs`, ``direction="less"``).
+
+    ``probs``: each method's test probabilities on the same test examples ``labels`` (as
+    :func:`compare_calibrators` returns them). One run per method: the noise counted is
+    the test set's, by a bootstrap that resamples the same examples for both methods
+    (paired), with the maps held fixed. The NLL is computed on :func:`true_class_view`
+    (the same values); the ECE in percentage points. Uncorrected: pass the family through
+    :func:`calib.evidence.decide`.
+    """
+    y = torch.as_tensor(labels)
+    view = {m: true_class_view(probs[m], y) for pair in pairs for m in pair}
+    zeros = torch.zeros_like(y)
+    out = []
+    for a, b in pairs:
+        out.append(evidence.compare_runs(metrics.nll, [view[a]], [view[b]], zeros,
+                                         f"{prefix}: {a} has a lower test NLL than {b}",
+                                         direction="less", n_boot=n_boot, seed=seed))
+        out.append(evidence.compare_runs(metrics.ece, [probs[a]], [probs[b]], y,
+                                         f"{prefix}: {a} has a lower test ECE than {b}",
+                                         direction="less", scale=100, unit=" pt", n_boot=n_boot, seed=seed))
+    return out
 
 
 def _binary_model(n_per_class: int, temperature: float, scale: float, seed: int, means: Tensor | None):
