@@ -3,7 +3,8 @@
 ``sweep``    losses x seeds (x data x models) -> run directories, results.csv, summary.md
 ``papers``   the papers' table numbers as data (``calib/paper_results.csv``) and how calib trains each row
 ``tables``   seed bookkeeping for a chapter's tables: runs by loss, mean ± std, t-tests, paper cells
-``bench``    chapter 10's bench of regularisers: each run's coefficient, the best one, the findings seed by seed
+``bench``    a bench of regularisers: each run's coefficient, the best one, values seed by seed
+``scores``   each test example's confidence and correctness in a run, for calib.evidence's bootstrap
 ``plans``    a paper's table as a run plan, its ``python -m calib sweep`` command and the table beside the paper's
 ``compare``  a few training methods on one case over seeds, and their table beside a paper's
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
@@ -15,9 +16,9 @@
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
-from . import (bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, shift, sweep,
-               tables, toy)
+from . import (bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, scores, shift,
+               sweep, tables, toy)
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["bench", "compare", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "reduction_ledger", "shift", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["bench", "compare", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "reduction_ledger", "scores", "shift", "sweep", "tables", "toy", *_toy_all]
