@@ -140,7 +140,6 @@ def test_the_chapters_read_the_ledger_they_were_given():
     last = reduction_ledger.last_epoch(root=ROOT)  # the same cells, one row each
     assert sorted(map(tuple, last[["loss", "protocol", "seed"]].values.tolist())) == sorted(
         map(tuple, runs[["loss", "protocol", "seed"]].values.tolist()))
-    assert set(reduction_ledger.reduction_mechanism(runs, last).values()) <= {True, False, None}
     # a curve's last epoch is the run's final test ECE (the ledger runs keep the last epoch)
     curves = reduction_ledger.epoch_curves(root=ROOT)
     for (loss, protocol), values in curves.items():

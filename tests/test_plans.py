@@ -1,8 +1,7 @@
-"""calib.experiments.plans: a paper's table as a run plan, its command and its table beside the paper's."""
+"""calib.experiments.plans: a paper's table as a run plan, and its table beside the paper's."""
 from __future__ import annotations
 
 import math
-import shlex
 
 import pandas as pd
 import pytest
@@ -63,65 +62,10 @@ def test_plan_runs_notes_what_calib_cannot_train(lin) -> None:
     assert "focal (gamma=-1) skipped" in notes[1]
 
 
-def test_sweep_command_is_one_valid_cli_call_within_80_columns(lin, wang) -> None:
-    from calib.cli import build_parser
-
-    runs, _ = plans.plan_runs([lin, wang])
-    for table in (lin, wang):
-        text = plans.sweep_command(table, runs, "paper")
-        assert max(len(line) for line in text.splitlines()) <= 80
-        argv = shlex.split(text.replace("\\\n", " "))
-        args = build_parser().parse_args(argv[3:])
-        assert argv[:3] == ["python", "-m", "calib"] and args.command == "sweep"
-        assert args.profile == "paper" and args.preset == table.preset
-        assert args.loss == [r.spec for r in runs if r.table == table.title]
-    mukhoti = plans.paper_table("M", paper="mukhoti2020focal", preset="mukhoti2020", net=("cifar", "ResNet-50"))
-    assert "--seeds 0,1,2" in plans.sweep_command(mukhoti, [], "colab")  # the paper states no seeds
-    with pytest.raises(ValueError, match="profile"):
-        plans.sweep_command(lin, runs, "huge")
-
-
-def test_shell_lines() -> None:
-    words = ["python -m calib sweep"] + [f"--loss loss{i}" for i in range(20)]
-    text = plans.shell_lines(words, width=40)
-    lines = text.splitlines()
-    assert len(lines) > 1 and max(map(len, lines)) <= 40
-    assert all(line.endswith(" \\") for line in lines[:-1]) and lines[1].startswith("    --loss")
-    assert shlex.split(text.replace("\\\n", " ")) == " ".join(words).split()
-    with pytest.raises(ValueError, match="does not fit"):
-        plans.shell_lines(["x", "y" * 80])
-    with pytest.raises(ValueError, match="empty"):
-        plans.shell_lines([])
-
-
 def test_seeds_for() -> None:
     assert plans.seeds_for("mukhoti2020") == [0, 1, 2]
     assert plans.seeds_for("lin2024") == "paper"
     assert plans.seeds_for("mukhoti2020", [5]) == [5]
-
-
-def test_gpu_hours_follows_its_formula(lin) -> None:
-    from calib.train import presets
-
-    runs, _ = plans.plan_runs([lin])
-    flops = {net: 2.0 for _, net in lin.grid} | {"resnet50": 4.0}
-    hours = plans.gpu_hours(lin, runs, "paper", ref_minutes=60.0, flops=flops, method_cost={"bsce_gra": 2.0})
-    epochs = presets.PRESET_EPOCHS["lin2024"]["paper"]
-    per_run = {net: 60.0 * flops[net] / 4.0 * epochs / 350 for _, net in lin.grid}
-    n_seeds = len(presets.PAPER_SEEDS["lin2024"])
-    expected = sum(per_run[net] * (len(runs) + 1) * n_seeds for _, net in lin.grid) / 60  # bsce_gra counts twice
-    assert hours == pytest.approx(expected)
-    colab = plans.gpu_hours(lin, runs, "colab", ref_minutes=60.0, flops=flops)
-    assert 0 < colab < hours
-    with pytest.raises(ValueError, match="flops lacks"):
-        plans.gpu_hours(lin, runs, "paper", ref_minutes=60.0, flops={"resnet50": 1.0})
-    with pytest.raises(ValueError, match="ref_minutes"):
-        plans.gpu_hours(lin, runs, "paper", ref_minutes=0.0, flops=flops)
-
-
-def test_forward_gflops_counts_more_for_a_deeper_net() -> None:
-    small, deep = plans.forward_gflops("resnet20"), plans.forward_gflops("resnet32")
-    assert 0.01 < small < deep < 0.2  # about 0.08 and 0.14 GFLOPs (2 per multiply-add)
 
 
 def _runs(eces, post=None) -> pd.DataFrame:

@@ -5,10 +5,10 @@
 ``tables``   seed bookkeeping for a chapter's tables: runs by loss, mean ± std, t-tests, paper cells
 ``bench``    a bench of regularisers: each run's coefficient, the best one, values seed by seed
 ``scores``   each test example's confidence and correctness in a run, for calib.evidence's bootstrap
-``plans``    a paper's table as a run plan, its ``python -m calib sweep`` command and the table beside the paper's
+``plans``    a paper's table as a run plan, and our numbers beside the paper's
 ``compare``  a few training methods on one case over seeds, and their table beside a paper's
 ``ledger``   the committed results ledger (``results/``): its sweeps, provenance and re-derivation
-``meta_ledger``  the ledger's meta-learning rows of Wang & Golebiowski (2024): meta-L2 and γ-Net, seed by seed
+``meta_ledger``  the ledger's meta-learning rows of Wang & Golebiowski (2024): their labels and learned γ
 ``reduction_ledger``  the ledger's reduction study: CE, focal, BSCE-GRA under the mean, clipping and the summed loss
 ``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)

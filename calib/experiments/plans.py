@@ -1,4 +1,4 @@
-"""A paper's table as a run plan: which runs reproduce it, the command that trains them, the table beside it.
+"""A paper's table as a run plan: which runs reproduce it, and our numbers beside the paper's.
 
 From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
 (:mod:`calib.train.presets`)::
@@ -7,7 +7,6 @@ From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
     lin = plans.paper_table("Lin et al. (2024) Table 1", paper="lin2024uncertainty",
                             preset="lin2024", net=("cifar", "ResNet-50"))
     runs, notes = plans.plan_runs([lin])     # one PlannedRun per method calib trains
-    print(plans.sweep_command(lin, runs, "paper"))  # python -m calib sweep ...
     plans.beside_paper(lin, results, ours="fashion_mnist/mlp (quick)")  # DataFrame
 
 ``results`` maps a run's :attr:`PlannedRun.key` to its rows (one per seed), e.g. from
@@ -16,8 +15,6 @@ From the papers' rows (:mod:`calib.experiments.papers`) and the paper presets
 from __future__ import annotations
 
 import inspect
-import math
-import shlex
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
@@ -26,7 +23,7 @@ from .grid import format_loss_kwargs, parse_loss
 from .tables import SAME, mean_std, paper_row
 
 __all__ = ["PaperTable", "PlannedRun", "paper_table", "loss_spec", "plan_runs", "seeds_for", "shared_sweeps",
-           "beside_paper", "mean_of", "per_seed", "against_ce", "lowest", "shell_lines", "sweep_command", "forward_gflops", "gpu_hours"]
+           "beside_paper", "mean_of", "per_seed", "against_ce", "lowest"]
 
 FALLBACK_SEEDS = (0, 1, 2)
 """Seeds of a table whose paper states none (Mukhoti et al. 2020)."""
@@ -321,89 +318,3 @@ def lowest(table: PaperTable, results: Mapping[tuple[str, str, str], Any], ts: s
     by_seed = per_seed(results, table.title, column).loc[list(ours)].dropna(axis=1)
     wins = int((by_seed.idxmin() == best).sum()) if by_seed.shape[1] else 0
     return {"ours": best, "paper": min(theirs, key=theirs.get), "seeds": f"{wins} of {by_seed.shape[1]}"}
-
-
-def shell_lines(words: Sequence[str], width: int = 80) -> str:
-    """``words`` as one shell command over lines of at most ``width`` characters.
-
-    Lines end in `` \\`` (continued) and continuation lines are indented by four spaces.
-
-    Raises:
-        ValueError: no words, or a word too long for a line of ``width``.
-    """
-    if not words:
-        raise ValueError("words is empty")
-    if too_long := [w for w in words if len(w) + 6 > width]:
-        raise ValueError(f"{too_long[0]!r} does not fit a shell line of {width} characters")
-    lines = [words[0]]
-    for word in words[1:]:
-        if len(lines[-1]) + len(word) + 3 > width:
-            lines.append("    " + word)
-        else:
-            lines[-1] += " " + word
-    return " \\\n".join(lines)
-
-
-def sweep_command(table: PaperTable, runs: Sequence[PlannedRun], profile: str, *, width: int = 80) -> str:
-    """The one ``python -m calib sweep`` command that trains ``table`` at ``profile`` scale.
-
-    It covers the table's CIFAR grid (every dataset and network of its rows), the paper's
-    seeds (or :data:`FALLBACK_SEEDS`) and every planned run of the table, and writes to
-    ``runs/<preset>-table<N>-<profile>``.
-    """
-    from ..train import presets
-
-    if profile not in ("quick", "colab", "paper"):
-        raise ValueError(f"profile must be 'quick', 'colab' or 'paper', got {profile!r}")
-    seeds = "paper" if table.preset in presets.PAPER_SEEDS else ",".join(map(str, FALLBACK_SEEDS))
-    args = [f"--profile {profile}", f"--preset {table.preset}",
-            f"--data {','.join(sorted({d for d, _ in table.grid}))}",
-            f"--model {','.join(sorted({m for _, m in table.grid}))}", f"--seeds {seeds}", "--download"]
-    args += [f"--loss {shlex.quote(r.spec)}" for r in runs if r.table == table.title]
-    args += [f"--out runs/{table.preset}-table{table.table}-{profile}"]
-    return shell_lines(["python -m calib sweep", *args], width)
-
-
-def forward_gflops(model: str, num_classes: int = 10, size: int = 32) -> float:
-    """Forward-pass GFLOPs of a calib network on one ``3 x size x size`` image.
-
-    Counted by ``torch.utils.flop_counter.FlopCounterMode`` (a multiply-add is 2 FLOPs).
-    """
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from .. import models
-
-    net = models.make(model, num_classes).eval()
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        net(torch.zeros(1, 3, size, size))
-    return counter.get_total_flops() / 1e9
-
-
-def gpu_hours(table: PaperTable, runs: Sequence[PlannedRun], profile: str, *, ref_minutes: float,
-              flops: Mapping[str, float], method_cost: Mapping[str, float] | None = None,
-              ref_model: str = "resnet50", ref_epochs: int = 350) -> float:
-    """Estimated GPU hours of a table's sweep, scaled from one reported training time.
-
-    ``hours = sum over nets n, runs r of  ref_minutes * F(n) / F(ref) * E / ref_epochs
-    * cost(r) * S / 60``, with ``F`` the forward FLOPs (:func:`forward_gflops`), ``E`` the
-    preset's epochs at ``profile``, ``S`` its number of seeds and ``cost`` a method's
-    time relative to CE (1 unless given). Meta-learned runs are left out. Lin et al.
-    (2024) report the reference time (CE, ResNet-50, CIFAR-10, 350 epochs, one RTX 4090).
-    """
-    from ..train import presets
-
-    if not ref_minutes > 0:
-        raise ValueError(f"ref_minutes must be positive, got {ref_minutes!r}")
-    if missing := sorted({n for _, n in table.grid} - set(flops) | ({ref_model} - set(flops))):
-        raise ValueError(f"flops lacks the networks {missing}")
-    epochs = presets.PRESET_EPOCHS[table.preset][profile]
-    n_seeds = len(presets.PAPER_SEEDS.get(table.preset, FALLBACK_SEEDS))
-    cost = dict(method_cost or {})
-    minutes = 0.0
-    for _, net in table.grid:
-        per_run = ref_minutes * flops[net] / flops[ref_model] * epochs / ref_epochs
-        for r in runs:
-            if r.table == table.title and not r.meta:
-                minutes += per_run * cost.get(r.method, 1.0) * n_seeds
-    return minutes / 60 if math.isfinite(minutes) else float("nan")

@@ -5,18 +5,17 @@ norm at 2, where calib averages; the ledger's ``reduction`` sweep trains CE, foc
 BSCE-GRA under the protocols of :data:`calib.experiments.ledger.PROTOCOLS` (A: mean, lr
 0.05; C: mean, lr 0.1, clip 2; B: sum, lr 0.1, clip 2) so that A -> C -> B separates the
 reduction from the learning rate and the clipping. This module reads that sweep: one row
-per run, tables over seeds, per-epoch curves, and the papers' orderings tested per
-protocol.
+per run, tables over seeds, per-epoch curves and the last epoch's training records; a
+chapter tests the papers' orderings on them through :mod:`calib.evidence`.
 """
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from .ledger import PROTOCOLS, TABLE_COLUMNS, histories, load
 
-__all__ = ["protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "reduction_findings", "last_epoch",
-           "reduction_mechanism", "LOSS_NAMES"]
+__all__ = ["protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "last_epoch", "LOSS_NAMES"]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -105,49 +104,6 @@ def _listed_histories(name: str, root: str | os.PathLike | None) -> dict[tuple[s
 LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA"}  # the losses' names in the book
 
 
-def reduction_findings(runs: Any, ece: Mapping[tuple[str, str], Any], nll: Mapping[tuple[str, str], Any], *,
-                       losses: tuple[str, str, str] = ("ce", "focal", "bsce_gra"),
-                       first_drop: int = 20) -> dict[str, bool | None]:
-    """The papers' orderings, tested per protocol on the seed means of :func:`protocol_runs`.
-
-    ``losses`` names CE and the two calibration losses as ``runs["loss"]`` spells them (the
-    last one is BSCE-GRA, Lin et al. (2024)'s method); ``ece`` and ``nll`` are the test
-    ECE and NLL curves of :func:`epoch_curves` with the same names, and ``first_drop`` the
-    epoch after which the learning rate first falls. A finding is None while one of the
-    (loss, protocol) rows it compares has no seed in ``runs`` (or no curve); otherwise it
-    is tested on the seeds finished so far, which may be fewer than the sweep's three
-    (``n`` of :func:`protocol_table`).
-    """
-    ce, *cal = losses
-    mean = runs.groupby(["loss", "protocol"])[["ece", "ece_ts", "temperature"]].mean()
-
-    def m(loss: str, protocol: str, col: str) -> float | None:
-        return float(mean.loc[(loss, protocol), col]) if (loss, protocol) in mean.index else None
-
-    def test(cells: list[tuple[str, str, str]], rule: Callable[..., bool]) -> bool | None:
-        values = [m(*c) for c in cells]
-        return None if None in values else bool(rule(*values))
-
-    out: dict[str, bool | None] = {}
-    for p in PROTOCOLS:
-        out[f"{p}: CE is over-confident (T > 1)"] = test([(ce, p, "temperature")], lambda t: t > 1)
-        out[f"{p}: both calibration losses are under-confident (T < 1)"] = test(
-            [(c, p, "temperature") for c in cal], lambda *t: max(t) < 1)
-        out[f"{p}: both calibration losses have a lower ECE than CE before TS"] = test(
-            [(ce, p, "ece")] + [(c, p, "ece") for c in cal], lambda e, *o: max(o) < e)
-        out[f"{p}: {LOSS_NAMES.get(cal[-1], cal[-1])} has the lowest ECE before TS (Lin et al. 2024)"] = test(
-            [(cal[-1], p, "ece"), (ce, p, "ece"), (cal[0], p, "ece")], lambda g, *o: g < min(o))
-        out[f"{p}: CE has the lowest ECE after TS (Wang et al. 2021)"] = test(
-            [(ce, p, "ece_ts")] + [(c, p, "ece_ts") for c in cal], lambda e, *o: e < min(o))
-        # training length: once the learning rate has dropped, does CE overfit the NLL, and
-        # does its ECE follow? (epoch first_drop + 1 is index first_drop)
-        e, n = (None if k.get((ce, p)) is None else k[(ce, p)].mean(0) for k in (ece, nll))
-        out[f"{p}: after the first drop CE's test NLL rises from its lowest, and its ECE "
-            f"ends above its value one epoch after the drop"] = (
-            None if e is None or n is None else bool(n[-1] > n[first_drop:].min() and e[-1] > e[first_drop]))
-    return out
-
-
 def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "classifier_norm", "train_grad_norm"),
                root: str | os.PathLike | None = None) -> Any:
     """The last epoch's ``keys`` of each cell of :func:`protocol_runs`, one row per cell.
@@ -161,31 +117,3 @@ def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "
     return pd.DataFrame([{"loss": loss, "protocol": protocol, "seed": seed,
                           **{k: float(history[-1].get(k, float("nan"))) for k in keys}}
                          for (loss, protocol, seed), history in _listed_histories(name, root).items()])
-
-
-def reduction_mechanism(runs: Any, last: Any, loss: str = "ce") -> dict[str, bool | None]:
-    """What the sum changes in training, for one loss: protocol C (mean) against B (sum).
-
-    Tested on every seed of :func:`last_epoch` (``last``) and on the seed means of
-    :func:`protocol_runs` (``runs``); None while a protocol has no seed of ``loss``.
-    """
-    name = LOSS_NAMES.get(loss, loss)
-    texts = (f"{name}: the sum moves T over three times as far as the lr and clipping do (C - A vs B - C)",
-             f"{name}: with the sum the last-layer weights end larger, every seed",
-             f"{name}: with the sum the training loss ends lower, every seed",
-             f"{name}: with the sum the clipping still binds at the last epoch (norm > 2, every seed)")
-
-    def seeds(protocol: str, col: str, frame: Any) -> Any:
-        return frame[(frame["loss"] == loss) & (frame["protocol"] == protocol)][col]
-
-    t = {p: seeds(p, "temperature", runs) for p in PROTOCOLS}
-    if any(v.empty for v in t.values()):
-        return dict.fromkeys(texts)
-    b_norm, c_norm = seeds("B", "classifier_norm", last), seeds("C", "classifier_norm", last)
-    b_loss, c_loss = seeds("B", "train_loss", last), seeds("C", "train_loss", last)
-    return dict(zip(texts, (
-        bool(abs(t["B"].mean() - t["C"].mean()) > 3 * abs(t["C"].mean() - t["A"].mean())),
-        bool(b_norm.min() > c_norm.max()),
-        bool(b_loss.max() < c_loss.min()),
-        bool((seeds("B", "train_grad_norm", last) > 2).all()),
-    )))
