@@ -7,6 +7,7 @@ logits.
 """
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -34,6 +35,8 @@ def reads_values(t: torch.Tensor) -> bool:
     training step runs (and that a GPU step runs none outside debug mode).
     """
     global value_checks
+    if torch.compiler.is_compiling():  # reading values would break the graph
+        return False
     if t.device.type in HOST_DEVICES or _profile.debug():
         value_checks += 1
         return True
@@ -213,7 +216,7 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
 def check_nonnegative(value: Any, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not np.isfinite(value) or value < 0:
+    if not math.isfinite(value) or value < 0:
         raise ValueError(f"{name} must be a finite number >= 0, got {value}")
     return float(value)
 
@@ -249,6 +252,6 @@ def check_positive(value: Any, name: str) -> float:
     """A finite number > 0 (the message says "> 0" for zero and negative values alike)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not np.isfinite(value) or value <= 0:
+    if not math.isfinite(value) or value <= 0:
         raise ValueError(f"{name} must be a finite number > 0, got {value}")
     return float(value)

@@ -219,11 +219,11 @@ def test_diagram_draws_the_band_and_the_bootstrap_bars(preds):
     fig = reliability_diagram(p, y, n_bins=10, band="both", n_resamples=200, seed=4)
     main = fig.axes[0]
     stats = M.bin_stats(p, y, 10)
-    full = stats.counts > 0
+    full, dense = stats.counts > 0, stats.counts >= reliability.MIN_BAND_COUNT
     low, high = plots.reliability_intervals(p, y, 10, n_resamples=200, seed=4)
     band = main.containers[2]
-    np.testing.assert_allclose([b.get_y() for b in band], low[full])
-    np.testing.assert_allclose([b.get_height() for b in band], (high - low)[full])
+    np.testing.assert_allclose([b.get_y() for b in band], low[dense])
+    np.testing.assert_allclose([b.get_height() for b in band], (high - low)[dense])
     (bars,) = [c for c in main.containers if isinstance(c, matplotlib.container.ErrorbarContainer)]
     blow, bhigh = plots.reliability_intervals(p, y, 10, method="bootstrap", n_resamples=200, seed=4)
     segments = bars.lines[2][0].get_segments()
@@ -271,3 +271,51 @@ def test_intervals_are_ordered_probabilities_with_nan_only_at_empty_bins(n, k, n
     np.testing.assert_array_equal(np.isnan(low), empty)
     np.testing.assert_array_equal(np.isnan(high), empty)
     assert (0 <= low[~empty]).all() and (low[~empty] <= high[~empty]).all() and (high[~empty] <= 1).all()
+
+
+def _overlapping_texts(fig: Figure) -> list[tuple[str, str]]:
+    """Pairs of visible texts whose boxes overlap, and texts outside the figure, once drawn."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.text import Text
+
+    FigureCanvasAgg(fig).draw()
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()
+             and (t.axes is None or t.axes.get_visible())]
+    boxes = [(t.get_text(), t.get_window_extent(renderer).expanded(0.98, 0.9)) for t in texts]
+    page = fig.bbox
+    bad = [(name, "outside the figure") for name, b in boxes
+           if b.x0 < page.x0 - 1 or b.x1 > page.x1 + 1 or b.y0 < page.y0 - 1 or b.y1 > page.y1 + 1]
+    bad += [(a, b) for i, (a, ba) in enumerate(boxes) for b, bb in boxes[i + 1:] if ba.overlaps(bb)]
+    return bad
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_one_to_six_diagrams_fit_the_column_without_overlapping_text(preds, n):
+    names = ["cross-entropy", "focal γ=3 (seed 2)", "BSCE-GRA γ=4, β=2", "dual focal γ=5",
+             "label smoothing ε=0.05", "FL_γ-SECE"]
+    fig = plots.reliability_diagrams({name: preds for name in names[:n]}, n_bins=15, band="consistency",
+                                     n_resamples=50)
+    assert fig.get_figwidth() <= 7.0
+    assert _overlapping_texts(fig) == []
+
+
+def test_mce_in_titles_is_optional(preds):
+    with_mce = plots.reliability_diagrams({"a": preds}, n_bins=10)
+    without = plots.reliability_diagrams({"a": preds}, n_bins=10, mce=False)
+    assert "MCE" in with_mce.axes[0].get_title() and "MCE" not in without.axes[0].get_title()
+    assert "MCE" not in reliability_diagram(*preds, mce=False).axes[0].get_title()
+
+
+def test_no_consistency_band_for_sparse_bins():
+    g = torch.Generator().manual_seed(1)
+    p = torch.softmax(4 * torch.randn(120, 3, generator=g), 1)
+    y = torch.randint(0, 3, (120,), generator=g)
+    stats = M.bin_stats(p, y, 10)
+    for min_count in (1, 10, 30):
+        fig = reliability_diagram(p, y, n_bins=10, band="consistency", n_resamples=50, min_count=min_count)
+        band = fig.axes[0].containers[2]
+        assert len(band) == int((stats.counts >= min_count).sum())
+    assert (stats.counts > 0).sum() > (stats.counts >= 10).sum()  # the fixture has sparse bins
+    with pytest.raises(ValueError, match="min_count"):
+        plots.reliability_diagrams({"a": (p, y)}, min_count=-1)

@@ -1,9 +1,16 @@
 """Every training loss of the five papers: a functional core, thin modules and a registry.
 
-Each loss is a function ``loss(logits, targets, ..., reduction="mean")`` on raw logits
-``(N, K)`` and integer targets ``(N,)``; ``reduction`` is ``"mean"``, ``"sum"`` or ``"none"``
-(per-sample values of shape ``(N,)``). Modules wrap them (``FocalLoss(gamma=3.0)``) and
-:func:`make` builds a module from its registry name (:func:`names`)::
+Each loss is a function ``loss(logits, targets, ..., reduction="mean", weight=None,
+ignore_index=-100)`` on raw logits with the conventions of
+``torch.nn.functional.cross_entropy``: logits ``(N, K)`` or ``(N, K, d1, ...)``; targets
+integer labels ``(N, d1, ...)`` or probabilities of the logits' shape (mixup, smoothed
+labels: ``Σ_k q_k ℓ_k``, where ``ℓ_k`` is the loss had the label been k, so a one-hot
+target gives the integer-label value); class ``weight`` ``(K,)``; rows labelled
+``ignore_index`` drop out; ``reduction`` ``"mean"``, ``"sum"`` or ``"none"``
+(:mod:`calib.losses._core` has the details). Every loss compiles with
+``torch.compile(fullgraph=True)``: the value checks are skipped under compile. Modules
+wrap them (``FocalLoss(gamma=3.0, weight=w)``) and :func:`make` builds a module from its
+registry name (:func:`names`)::
 
     from calib import losses
     loss = losses.focal_loss(logits, y, gamma=3.0)
@@ -20,7 +27,8 @@ Conventions, shared by every loss:
   are ``u · CE`` and differentiate through the weight ``u``. Their ``*_gra`` twins use the
   same ``u`` *detached*: the value is ``u · CE`` but the gradient is exactly ``u · ∇CE``.
   Only that gradient matters for training; Lin et al. 2024, Eq. 10 and 14 define the loss as its integral.
-* **Batch-level objectives** (``mmce``, ``dece``, ``sece``) measure a whole batch. Their
+* **Batch-level objectives** (``mmce``, ``dece``, ``sece``) measure a whole batch: they take
+  ``(N, K)`` logits and integer labels only, without ignored rows or class weights. Their
   ``"mean"`` is the batch value, ``"none"`` repeats it for every sample and ``"sum"`` is N
   times it, so that ``mean == sum / N == none.mean()`` holds for every loss here. As
   penalties they are added to the mean CE: ``ce_dece`` is ``CE + λ·DECE`` and ``ce_sece`` is

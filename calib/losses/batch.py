@@ -16,7 +16,28 @@ from .._checks import (
     check_positive,
     check_positive_int,
 )
-from ._core import Reduction, _full_precision, _prepare, _reduce, _reduce_batch
+from ._core import Reduction, _reduce_batch, full_precision, prepare
+from .._checks import reads_values
+
+def _batch_rows(logits: ArrayLike, targets: ArrayLike, reduction: str) -> tuple[Tensor, Tensor]:
+    """Logits ``(N, K)`` and integer labels ``(N,)`` of a batch-level objective.
+
+    The objective is a statistic of the batch, so it does not extend to probability
+    targets or to positions of a segmentation map, and a row labelled ``ignore_index``
+    cannot just count 0 in it: these are refused (the last one where values are read).
+    """
+    rows = prepare(logits, targets, reduction, soft=False, spatial=False, name="a batch-level objective")
+    if rows.keep is not None and reads_values(rows.keep) and not bool(rows.keep.all()):
+        raise ValueError("a batch-level objective (mmce, dece, sece) takes no rows labelled "
+                         "ignore_index: drop them before the call")
+    return rows.x, rows.y
+
+
+def _reduce_rows(per_sample: Tensor, reduction: str) -> Tensor:
+    if reduction == "mean":
+        return per_sample.mean()
+    return per_sample.sum() if reduction == "sum" else per_sample
+
 
 # =========================================================================== MMCE
 MMCE_NORMALIZATIONS = ("paper", "code")
@@ -35,22 +56,23 @@ def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool, normalizatio
     conf, pred = F.softmax(x, dim=1).max(dim=1)
     correct = (pred == y).to(x.dtype)
     power = 1 if normalization == "paper" else 2  # the authors' code divides by the counts twice
+    both = torch.ones((), dtype=torch.bool, device=x.device)
     if weighted:
         n_c, n_w = correct.sum(), (1 - correct).sum()
-        if n_c == 0 or n_w == 0:  # MMCE_w needs both groups (Kumar et al. §4); 0 otherwise
-            return (conf * 0).sum()
-        v = correct * (1 - conf) / n_c**power - (1 - correct) * conf / n_w**power
+        both = (n_c > 0) & (n_w > 0)  # MMCE_w needs both groups (Kumar et al. §4); 0 otherwise
+        v = correct * (1 - conf) / n_c.clamp_min(1) ** power - (1 - correct) * conf / n_w.clamp_min(1) ** power
     else:
         v = (correct - conf) / x.shape[0]
     kernel = torch.exp(-(conf[:, None] - conf[None, :]).abs() / width)
     squared = v @ (kernel @ v)
     if normalization == "code" and not weighted:  # the code's MMCE_m returns the square
         return squared
-    return torch.sqrt(torch.clamp(squared, min=1e-12))
+    # branch-free (a data-dependent `if` would break a compiled graph)
+    return torch.where(both, torch.sqrt(torch.clamp(squared, min=1e-12)), (conf * 0).sum())
 
 
 
-@_full_precision
+@full_precision
 def mmce(
     logits: ArrayLike,
     targets: ArrayLike,
@@ -86,13 +108,13 @@ def mmce(
       the same for ``weighted=False``. (The code also adds 1e-5 to the denominators and
       1e-10 under the root; those shifts are left out.)
     """
-    x, y = _prepare(logits, targets, "mean")
+    x, y = _batch_rows(logits, targets, "mean")
     normalization = _check_normalization(normalization)
     return _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
 
 
 
-@_full_precision
+@full_precision
 def mmce_loss(
     logits: ArrayLike,
     targets: ArrayLike,
@@ -108,11 +130,11 @@ def mmce_loss(
     one, on which their λ = 2 was tuned: see :func:`mmce`. ``mean`` is mean CE + λ·MMCE_w
     of the batch; see the module notes for ``sum``/``none``.
     """
-    x, y = _prepare(logits, targets, reduction)
+    x, y = _batch_rows(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     normalization = _check_normalization(normalization)
     penalty = _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
-    return _reduce(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
+    return _reduce_rows(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
 
 
 
@@ -137,7 +159,7 @@ def _check_dece(n_bins: int, bin_temperature: float, acc_temperature: float) -> 
 
 
 
-@_full_precision
+@full_precision
 def dece(
     logits: ArrayLike,
     targets: ArrayLike,
@@ -163,12 +185,12 @@ def dece(
     those of Bohdal et al.'s code (which writes τ_a as a sigmoid scale of 100; it also
     adds 1e-6 to every bin weight, which shifts the value by about 1e-6).
     """
-    x, y = _prepare(logits, targets, "mean")
+    x, y = _batch_rows(logits, targets, "mean")
     return _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
 
 
 
-@_full_precision
+@full_precision
 def dece_loss(
     logits: ArrayLike,
     targets: ArrayLike,
@@ -178,13 +200,13 @@ def dece_loss(
     reduction: Reduction = "mean",
 ) -> Tensor:
     """DECE alone as a training objective (batch level; see :func:`dece`)."""
-    x, y = _prepare(logits, targets, reduction)
+    x, y = _batch_rows(logits, targets, reduction)
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
     return _reduce_batch(value, x.shape[0], reduction)
 
 
 
-@_full_precision
+@full_precision
 def ce_dece_loss(
     logits: ArrayLike,
     targets: ArrayLike,
@@ -199,10 +221,10 @@ def ce_dece_loss(
     Not Wang & Golebiowski (2024), Table 1 "CE-DECE": that row is meta-learned L2
     regularisation with DECE as the meta-objective (:mod:`calib.train.meta`, ``meta="l2_reg"``).
     """
-    x, y = _prepare(logits, targets, reduction)
+    x, y = _batch_rows(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
-    return _reduce(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)
+    return _reduce_rows(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)
 
 
 
@@ -213,7 +235,7 @@ def _sece_value(x: Tensor, y: Tensor, bandwidth: float) -> Tensor:
 
 
 
-@_full_precision
+@full_precision
 def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, reduction: Reduction = "mean") -> Tensor:
     """Smooth ECE of Wang & Golebiowski (2024), §4.2 (Eq. 5-7) on ``softmax(logits)``, as a training objective.
 
@@ -222,12 +244,12 @@ def sece_loss(logits: ArrayLike, targets: ArrayLike, bandwidth: float = 0.01, re
     (0.01 in Wang & Golebiowski (2024), §5) and ``SECE = (1/N) Σ_i |SACC_i − z_i|``: a batch-level value computed by
     :func:`calib.metrics.sece_loss`; this wrapper feeds it logits and applies ``reduction``.
     """
-    x, y = _prepare(logits, targets, reduction)
+    x, y = _batch_rows(logits, targets, reduction)
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
     return _reduce_batch(value, x.shape[0], reduction)
 
 
-@_full_precision
+@full_precision
 def ce_sece_loss(
     logits: ArrayLike, targets: ArrayLike, lam: float = 1.0, bandwidth: float = 0.01, reduction: Reduction = "mean"
 ) -> Tensor:
@@ -236,7 +258,7 @@ def ce_sece_loss(
     Not Wang & Golebiowski (2024), Table 1 "CE-SECE": that row is meta-learned L2
     regularisation with SECE as the meta-objective (:mod:`calib.train.meta`, ``meta="l2_reg"``).
     """
-    x, y = _prepare(logits, targets, reduction)
+    x, y = _batch_rows(logits, targets, reduction)
     lam = check_nonnegative(lam, "lam")
     value = _sece_value(x, y, check_positive(bandwidth, "bandwidth"))
-    return _reduce(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)
+    return _reduce_rows(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)

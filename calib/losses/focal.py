@@ -1,108 +1,125 @@
 """Sample-weighted cross-entropy ``u · CE``: focal, FLSD-53, dual focal, inverse focal, BSCE.
 
 The weight ``u`` is differentiated through (loss weighting; Lin et al. (2024), §4); the
-``*_gra`` twins in :mod:`calib.losses.gra` detach it."""
+``*_gra`` twins in :mod:`calib.losses.gra` detach it. Each loss is written twice: for an
+integer label (``hard``) and for every class as the label (``each``, used with probability
+targets: ``Σ_k q_k u_k CE_k``)."""
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from .._checks import (
-    ArrayLike,
-    check_nonnegative,
-)
+from .._checks import ArrayLike, check_nonnegative
 from . import uncertainty as _u
-from ._core import Reduction, _ce, _check_unit, _full_precision, _prepare, _reduce
+from ._core import IGNORE_INDEX, Reduction, _ce, _check_unit, full_precision, per_sample_loss, prepare
 from .uncertainty import Gamma, check_gamma
 
 
-# =========================================================================== focal family
 def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
     return _ce(lp, y) * _u._log_u_fl(lp, y, gamma).exp()
 
 
-
-@_full_precision
-def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean") -> Tensor:
+@full_precision
+def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduction: Reduction = "mean", *,
+               weight: ArrayLike | None = None, ignore_index: int = IGNORE_INDEX) -> Tensor:
     """Focal loss ``L_f = −(1 − p̂_y)^γ log p̂_y`` (Lin et al. 2017;
     Mukhoti et al. 2020, §3; Lin et al. 2024, Eq. 4).
 
     ``gamma`` is a number ≥ 0 or a ``(N,)`` tensor of per-sample values, which receives
     gradient (gamma-Net, Wang & Golebiowski (2024), §4.1). γ = 0 is CE; Mukhoti et al. (2020)
-    use γ = 3. By Mukhoti et al. (2020), App. A
-    ``L_f ≥ KL(q‖p̂) − γ H(p̂)``: focal loss minimises CE while raising the entropy.
+    use γ = 3.
+
+    {conventions}
     """
-    x, y = _prepare(logits, targets, reduction)
-    gamma = check_gamma(gamma, x.shape[0])
-    return _reduce(_focal_core(F.log_softmax(x, dim=1), y, gamma), reduction)
+    rows = prepare(logits, targets, reduction, ignore_index)
+    gamma = check_gamma(gamma, rows.x.shape[0])
+    return per_sample_loss(rows, lambda lp, y: _focal_core(lp, y, gamma),
+                           lambda lp, x: -lp * _u._log_u_fl_all(lp, gamma).exp(), weight, reduction)
 
 
+def _flsd53_gamma(p: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
+    """γ = ``gamma_high`` where ``p < threshold``, else ``gamma_low``; a constant (no gradient)."""
+    return torch.where(p.detach() < threshold, gamma_high, gamma_low).to(p.dtype)
 
-@_full_precision
-def flsd53_loss(
-    logits: ArrayLike,
-    targets: ArrayLike,
-    gamma_low: float = 3.0,
-    gamma_high: float = 5.0,
-    threshold: float = 0.2,
-    reduction: Reduction = "mean",
-) -> Tensor:
+
+def _flsd53_args(gamma_low: float, gamma_high: float, threshold: float) -> tuple[float, float, float]:
+    return (check_nonnegative(gamma_low, "gamma_low"), check_nonnegative(gamma_high, "gamma_high"),
+            _check_unit(threshold, "threshold"))
+
+
+@full_precision
+def flsd53_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.0, gamma_high: float = 5.0,
+                threshold: float = 0.2, reduction: Reduction = "mean", *, weight: ArrayLike | None = None,
+                ignore_index: int = IGNORE_INDEX) -> Tensor:
     """FLSD-53: focal loss with a sample-dependent γ (Lin et al. 2024, §5 and App. 11, who credit it to
     the NeurIPS version of Mukhoti et al. 2020).
 
     ``γ_i = gamma_high if p̂_{i,y} < threshold else gamma_low`` (5 below 0.2, else 3), chosen
     from the true-class probability; γ is a constant (no gradient flows through the choice).
+
+    {conventions}
     """
-    x, y = _prepare(logits, targets, reduction)
-    gamma_low, gamma_high = check_nonnegative(gamma_low, "gamma_low"), check_nonnegative(gamma_high, "gamma_high")
-    threshold = _check_unit(threshold, "threshold")
-    lp = F.log_softmax(x, dim=1)
-    p_y = lp.detach().gather(1, y[:, None]).squeeze(1).exp()
-    gamma = torch.where(p_y < threshold, gamma_high, gamma_low).to(lp.dtype)
-    return _reduce(_focal_core(lp, y, gamma), reduction)
+    rows = prepare(logits, targets, reduction, ignore_index)
+    args = _flsd53_args(gamma_low, gamma_high, threshold)
+
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        return _focal_core(lp, y, _flsd53_gamma(lp.gather(1, y[:, None]).squeeze(1).exp(), *args))
+
+    def each(lp: Tensor, x: Tensor) -> Tensor:
+        return -lp * (_flsd53_gamma(lp.exp(), *args) * _u._log_rest_all(lp)).exp()
+
+    return per_sample_loss(rows, hard, each, weight, reduction)
 
 
-
-@_full_precision
-def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean") -> Tensor:
+@full_precision
+def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, reduction: Reduction = "mean", *,
+                    weight: ArrayLike | None = None, ignore_index: int = IGNORE_INDEX) -> Tensor:
     """Dual focal loss ``L = −(1 − p̂_y + p̂_j)^γ log p̂_y`` (Tao et al. 2023; Lin et al. 2024, Eq. 5).
 
     ``p̂_j`` is the largest probability strictly below ``p̂_y`` (0 if none): see
-    :func:`calib.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``. γ = 5 in Lin et al. (2024).
+    :func:`calib.losses.uncertainty.u_dfl`. Gradient flows through ``p̂_y`` and ``p̂_j``.
+    γ = 5 in Lin et al. (2024). With probability targets the rival of every class is
+    found by an ``(M, K, K)`` comparison.
+
+    {conventions}
     """
-    x, y = _prepare(logits, targets, reduction)
-    gamma = check_gamma(gamma, x.shape[0])
-    lp = F.log_softmax(x, dim=1)
-    return _reduce(_ce(lp, y) * _u._log_u_dfl(lp, y, gamma).exp(), reduction)
+    rows = prepare(logits, targets, reduction, ignore_index)
+    gamma = check_gamma(gamma, rows.x.shape[0])
+    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_dfl(lp, y, gamma).exp(),
+                           lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction)
 
 
-
-@_full_precision
-def inverse_focal_loss(
-    logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0, reduction: Reduction = "mean"
-) -> Tensor:
-    """Inverse focal loss ``L = −(1 + p̂_y)^γ̄ log p̂_y`` (Wang et al. (2021), §5.2, Eq. 4).
+@full_precision
+def inverse_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0, reduction: Reduction = "mean",
+                       *, weight: ArrayLike | None = None, ignore_index: int = IGNORE_INDEX) -> Tensor:
+    """Inverse focal loss ``L = −(1 + p̂_y)^γ log p̂_y`` (Wang et al. (2021), §5.2, Eq. 4).
 
     The weight *grows* with confidence: easy samples count more, the opposite of focal loss.
+
+    {conventions}
     """
-    x, y = _prepare(logits, targets, reduction)
-    gamma = check_gamma(gamma, x.shape[0])
-    lp = F.log_softmax(x, dim=1)
-    p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
-    return _reduce(_ce(lp, y) * (gamma * torch.log1p(p_y)).exp(), reduction)
+    rows = prepare(logits, targets, reduction, ignore_index)
+    gamma = check_gamma(gamma, rows.x.shape[0])
+    g = _u._per_row(gamma, rows.x)
+
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
+        return _ce(lp, y) * (gamma * torch.log1p(p_y)).exp()
+
+    return per_sample_loss(rows, hard, lambda lp, x: -lp * (g * torch.log1p(lp.exp())).exp(), weight, reduction)
 
 
-
-@_full_precision
-def bsce_loss(
-    logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0, reduction: Reduction = "mean"
-) -> Tensor:
+@full_precision
+def bsce_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: float = 2.0,
+              reduction: Reduction = "mean", *, weight: ArrayLike | None = None,
+              ignore_index: int = IGNORE_INDEX) -> Tensor:
     """BSCE, loss-weighted: ``L = ‖p̂ − y‖_β^γ · CE`` (Lin et al. (2024), §4.3, Uncertainty-CE with u_gBS).
 
     ``norm`` is the order β, ``gamma`` the exponent γ. The gradient flows through the weight.
+
+    {conventions}
     """
-    x, y = _prepare(logits, targets, reduction)
-    gamma, norm = check_gamma(gamma, x.shape[0]), _u._check_norm(norm)
-    lp = F.log_softmax(x, dim=1)
-    return _reduce(_ce(lp, y) * _u._log_u_gbs(lp, y, gamma, norm).exp(), reduction)
+    rows = prepare(logits, targets, reduction, ignore_index)
+    gamma, norm = check_gamma(gamma, rows.x.shape[0]), _u._check_norm(norm)
+    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_gbs(lp, y, gamma, norm).exp(),
+                           lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight, reduction)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 from torch import Tensor, nn
 
 from .._checks import (
@@ -10,7 +11,7 @@ from .._checks import (
     check_positive,
 )
 from . import uncertainty as _u
-from ._core import Reduction, WeightFn, _check_reduction, _check_unit
+from ._core import IGNORE_INDEX, Reduction, WeightFn, _check_reduction, _check_unit
 from .batch import _check_dece, _check_normalization, ce_dece_loss, ce_sece_loss, dece_loss, mmce_loss, sece_loss
 from .focal import bsce_loss, dual_focal_loss, flsd53_loss, focal_loss, inverse_focal_loss
 from .gra import bsce_gra_loss, dual_focal_gra_loss, flsd53_gra_loss, focal_gra_loss, uncertainty_gra
@@ -24,16 +25,28 @@ class _LossModule(nn.Module):
 
     _fn: Callable[..., Tensor]
 
-    def __init__(self, reduction: Reduction = "mean", **hparams: object) -> None:
+    def __init__(self, reduction: Reduction = "mean", *, weight: Tensor | None = None,
+                 ignore_index: int | None = None, **hparams: object) -> None:
         super().__init__()
         self.reduction = _check_reduction(reduction)
         self.hparams = hparams
+        # class weights follow the module to its device (a buffer, in the state_dict)
+        self.register_buffer("weight", None if weight is None else torch.as_tensor(weight, dtype=torch.float32))
+        self.ignore_index = ignore_index  # None: a batch-level objective, which takes neither
+
+    def _options(self) -> dict[str, object]:
+        if self.ignore_index is None:
+            return {}
+        return {"weight": self.weight, "ignore_index": self.ignore_index}
 
     def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
-        return type(self)._fn(logits, targets, **self.hparams, reduction=self.reduction)
+        return type(self)._fn(logits, targets, **self.hparams, reduction=self.reduction, **self._options())
 
     def extra_repr(self) -> str:
-        return ", ".join(f"{k}={v!r}" for k, v in {**self.hparams, "reduction": self.reduction}.items())
+        shown = {**self.hparams, "reduction": self.reduction}
+        if self.ignore_index not in (None, IGNORE_INDEX):
+            shown["ignore_index"] = self.ignore_index
+        return ", ".join(f"{k}={v!r}" for k, v in shown.items())
 
 
 
@@ -42,8 +55,9 @@ class CELoss(_LossModule):
 
     _fn = staticmethod(cross_entropy)
 
-    def __init__(self, reduction: Reduction = "mean") -> None:
-        super().__init__(reduction)
+    def __init__(self, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -63,6 +77,7 @@ class LabelSmoothingLoss(_LossModule):
         convention: str | None = None,
         alpha: float | None = None,
         reduction: Reduction = "mean",
+        *, weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX,
     ) -> None:
         if alpha is not None:
             if epsilon is not None:
@@ -79,7 +94,7 @@ class LabelSmoothingLoss(_LossModule):
         convention = "uniform" if convention is None else convention
         if convention not in ("uniform", "mukhoti"):
             raise ValueError(f"convention must be 'uniform' or 'mukhoti', got {convention!r}")
-        super().__init__(reduction, epsilon=epsilon, convention=convention)
+        super().__init__(reduction, epsilon=epsilon, convention=convention, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -88,10 +103,11 @@ class LogitNormLoss(_LossModule):
 
     _fn = staticmethod(logit_norm_loss)
 
-    def __init__(self, alpha: float = 0.01, p: float = 1.0, reduction: Reduction = "mean") -> None:
+    def __init__(self, alpha: float = 0.01, p: float = 1.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         if check_nonnegative(p, "p") < 1:
             raise ValueError(f"p (the order of the logit norm) must be >= 1, got {p}")
-        super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"), p=float(p))
+        super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"), p=float(p), weight=weight, ignore_index=ignore_index)
 
 
 
@@ -100,8 +116,9 @@ class EntropyRegLoss(_LossModule):
 
     _fn = staticmethod(entropy_reg_loss)
 
-    def __init__(self, alpha: float = 0.1, reduction: Reduction = "mean") -> None:
-        super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"))
+    def __init__(self, alpha: float = 0.1, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"), weight=weight, ignore_index=ignore_index)
 
 
 
@@ -110,8 +127,9 @@ class BrierLoss(_LossModule):
 
     _fn = staticmethod(brier_loss)
 
-    def __init__(self, reduction: Reduction = "mean") -> None:
-        super().__init__(reduction)
+    def __init__(self, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -144,7 +162,7 @@ class _GammaLoss(_LossModule):
 
     def forward(self, logits: Tensor, targets: Tensor, gamma: Gamma | None = None) -> Tensor:
         hparams = self.hparams if gamma is None else {**self.hparams, "gamma": gamma}
-        return type(self)._fn(logits, targets, **hparams, reduction=self.reduction)
+        return type(self)._fn(logits, targets, **hparams, reduction=self.reduction, **self._options())
 
 
 
@@ -153,8 +171,9 @@ class FocalLoss(_GammaLoss):
 
     _fn = staticmethod(focal_loss)
 
-    def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction)
+    def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -164,14 +183,14 @@ class FLSD53Loss(_LossModule):
     _fn = staticmethod(flsd53_loss)
 
     def __init__(
-        self, gamma_low: float = 3.0, gamma_high: float = 5.0, threshold: float = 0.2, reduction: Reduction = "mean"
+        self, gamma_low: float = 3.0, gamma_high: float = 5.0, threshold: float = 0.2, reduction: Reduction = "mean",
+        *, weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX,
     ) -> None:
         super().__init__(
             reduction,
             gamma_low=check_nonnegative(gamma_low, "gamma_low"),
             gamma_high=check_nonnegative(gamma_high, "gamma_high"),
-            threshold=_check_unit(threshold, "threshold"),
-        )
+            threshold=_check_unit(threshold, "threshold"), weight=weight, ignore_index=ignore_index)
 
 
 
@@ -180,8 +199,9 @@ class DualFocalLoss(_GammaLoss):
 
     _fn = staticmethod(dual_focal_loss)
 
-    def __init__(self, gamma: float = 5.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction)
+    def __init__(self, gamma: float = 5.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -190,8 +210,9 @@ class InverseFocalLoss(_GammaLoss):
 
     _fn = staticmethod(inverse_focal_loss)
 
-    def __init__(self, gamma: float = 2.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction)
+    def __init__(self, gamma: float = 2.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -200,8 +221,9 @@ class BSCELoss(_GammaLoss):
 
     _fn = staticmethod(bsce_loss)
 
-    def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction, norm=_u._check_norm(norm))
+    def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, norm=_u._check_norm(norm), weight=weight, ignore_index=ignore_index)
 
 
 
@@ -210,8 +232,9 @@ class FocalGRALoss(_GammaLoss):
 
     _fn = staticmethod(focal_gra_loss)
 
-    def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction)
+    def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -227,8 +250,9 @@ class DualFocalGRALoss(_GammaLoss):
 
     _fn = staticmethod(dual_focal_gra_loss)
 
-    def __init__(self, gamma: float = 5.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction)
+    def __init__(self, gamma: float = 5.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
 
@@ -237,8 +261,9 @@ class BSCEGRALoss(_GammaLoss):
 
     _fn = staticmethod(bsce_gra_loss)
 
-    def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean") -> None:
-        super().__init__(gamma, reduction, norm=_u._check_norm(norm))
+    def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean", *,
+                 weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
+        super().__init__(gamma, reduction, norm=_u._check_norm(norm), weight=weight, ignore_index=ignore_index)
 
 
 

@@ -156,6 +156,55 @@ def _log_u_gbs(lp: Tensor, y: Tensor, gamma: Gamma, norm: float, support: str = 
     return _times(_as_exponent(gamma, lp), log_sum / norm)
 
 
+# --------------------------------------------------------------------------- every class as the label
+# ``(M, K)`` matrices: the weight each row would get if class k were its label, for
+# probability targets (``Σ_k q_k u_k CE_k``). Only the largest probability of a row can
+# be close to 1 (every other is at most 1/2), so ``log(1 − p_k)`` is taken by ``log1p``
+# for the others and by the accurate ``logsumexp`` of :func:`_log_rest` for the top class.
+def _log_rest_all(lp: Tensor) -> Tensor:
+    """``log(1 − p_k)`` for every class k, ``(M, K)``."""
+    top = lp.argmax(dim=1)
+    rest = torch.log1p(-lp.exp().clamp(max=0.5))  # exact wherever k is not the top class
+    return rest.scatter(1, top[:, None], _log_rest(lp, top)[:, None])
+
+
+def _log_rival_all(lp: Tensor) -> Tensor:
+    """``log p_j(k)``, the largest probability strictly below ``p_k``, for every k (``−inf`` if none).
+
+    An ``(M, K, K)`` comparison: the one weight whose cost grows with K² per row.
+    """
+    below = lp[:, None, :].expand(-1, lp.shape[1], -1)
+    return below.masked_fill(below >= lp[:, :, None], _NEG_INF).amax(dim=2)
+
+
+def _per_row(gamma: Gamma, like: Tensor) -> Gamma:
+    """A per-sample ``(M,)`` gamma as a column, to scale an ``(M, K)`` matrix."""
+    g = _as_exponent(gamma, like)
+    return g[:, None] if isinstance(g, Tensor) and g.ndim == 1 else g
+
+
+def _log_u_fl_all(lp: Tensor, gamma: Gamma) -> Tensor:
+    return _times(_per_row(gamma, lp), _log_rest_all(lp))
+
+
+def _log_u_dfl_all(lp: Tensor, gamma: Gamma) -> Tensor:
+    return _times(_per_row(gamma, lp), torch.logaddexp(_log_rest_all(lp), _log_rival_all(lp)))
+
+
+def _log_u_gbs_all(lp: Tensor, gamma: Gamma, norm: float) -> Tensor:
+    """``(γ/β) log(Σ_{m≠k} p_m^β + (1 − p_k)^β)`` for every k (support "all")."""
+    powered = norm * lp
+    total = torch.logsumexp(powered, dim=1, keepdim=True)
+    top = lp.argmax(dim=1)
+    # Σ_{m≠k} p_m^β = total − p_k^β: exact by log1p for all but the top class, whose share
+    # may be near 1; there the sum of the others is taken directly
+    ratio = (powered - total).exp().clamp(max=0.5)
+    others = (total + torch.log1p(-ratio)).scatter(
+        1, top[:, None], torch.logsumexp(powered.scatter(1, top[:, None], _NEG_INF), dim=1, keepdim=True))
+    log_sum = torch.logaddexp(others, norm * _log_rest_all(lp))
+    return _times(_per_row(gamma, lp), log_sum / norm)
+
+
 # --------------------------------------------------------------------------- public: log space
 def log_u_fl(log_probs: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0) -> Tensor:
     """``log u_FL = γ · log(1 − p_y)``, from log-probabilities (Lin et al. 2024, Eq. 7; Mukhoti et al. 2020, §3).

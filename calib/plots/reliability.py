@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from .. import metrics
 from .._checks import ArrayLike, check_labels, check_positive_int, check_probs
@@ -157,15 +158,22 @@ def _check_band(band: str | None) -> tuple[str, ...]:
     return (band,)
 
 
+#: Bins with fewer samples get no consistency band: with a handful of samples the band
+#: spans most of [0, 1] and its box reads like a bar.
+MIN_BAND_COUNT = 10
+
+
 def _draw_intervals(ax: Axes, stats: BinStats, probs: ArrayLike, labels: ArrayLike, bands: Sequence[str],
-                    **kw) -> None:
-    """Consistency band as grey boxes around the diagonal, bootstrap intervals as error bars."""
+                    min_count: int = MIN_BAND_COUNT, **kw) -> None:
+    """Consistency band as grey boxes around the diagonal (bins with at least ``min_count``
+    samples), bootstrap intervals as error bars."""
     lo, width, full = stats.edges[:-1], np.diff(stats.edges), stats.counts > 0
     pct = f"{100 * kw.get('level', 0.9):g}%"
     for method in bands:
         low, high = reliability_intervals(probs, labels, stats.n_bins, method=method, closed=stats.closed, **kw)
         if method == "consistency":
-            ax.bar(lo[full], (high - low)[full], bottom=low[full], width=width[full], align="edge",
+            dense = stats.counts >= max(min_count, 1)
+            ax.bar(lo[dense], (high - low)[dense], bottom=low[dense], width=width[dense], align="edge",
                    color=_BAND, alpha=0.35, linewidth=0, label=f"{pct} consistency band", zorder=3)
         else:
             acc = stats.accuracy[full]
@@ -206,14 +214,18 @@ def _draw_share(hist: Axes, stats: BinStats, legend: bool) -> None:
     mean_conf = float(np.average(stats.confidence[full], weights=w))
     hist.axvline(mean_conf, color=_GAP, linestyle="--", linewidth=1.5, label="mean confidence")
     hist.set(xlim=(0, 1), xlabel="confidence")
+    # no tick at the top of the share axis: its label would touch the 0.0 of the diagram above
+    hist.yaxis.set_major_locator(MaxNLocator(3, prune="upper"))
     hist.tick_params(labelsize=_FONT)
     if legend:
         hist.legend(loc="upper left", fontsize=_FONT, frameon=False)
 
 
-def _title(stats: BinStats, title: str | None) -> str:
+def _title(stats: BinStats, title: str | None, mce: bool = True, narrow: bool = False) -> str:
+    """``name``, then the ECE (and MCE: on its own line in a narrow panel)."""
     head = f"{title}\n" if title else ""
-    return f"{head}ECE = {100 * stats.ece:.2f}%, MCE = {100 * stats.mce:.2f}%"
+    tail = "" if not mce else ("\n" if narrow else ", ") + f"MCE = {100 * stats.mce:.2f}%"
+    return f"{head}ECE = {100 * stats.ece:.2f}%{tail}"
 
 
 def plot_bin_stats(stats: BinStats, *, ax: Axes | None = None, title: str | None = None) -> Figure:
@@ -229,7 +241,8 @@ def plot_bin_stats(stats: BinStats, *, ax: Axes | None = None, title: str | None
     return _diagram(stats, ax, title, None)
 
 
-def _diagram(stats: BinStats, ax: Axes | None, title: str | None, intervals: tuple | None) -> Figure:
+def _diagram(stats: BinStats, ax: Axes | None, title: str | None, intervals: tuple | None,
+             mce: bool = True) -> Figure:
     """:func:`plot_bin_stats`, with ``intervals = (probs, labels, bands, kw)`` drawn over the bars."""
     if ax is None:
         fig = Figure(figsize=(4.2, 4.8), layout="constrained")
@@ -243,7 +256,7 @@ def _diagram(stats: BinStats, ax: Axes | None, title: str | None, intervals: tup
         _draw_intervals(ax, stats, *intervals[:3], **intervals[3])
     ax.legend(loc="upper left", fontsize=_FONT, frameon=False)
     ax.set_ylabel("accuracy", fontsize=_FONT)
-    ax.set_title(_title(stats, title), fontsize=_FONT + 1)
+    ax.set_title(_title(stats, title, mce), fontsize=_FONT + 1)
     ax.tick_params(labelbottom=False, labelsize=_FONT)
     _draw_share(hist, stats, legend=True)
     hist.set_ylabel("share", fontsize=_FONT)
@@ -260,14 +273,18 @@ def reliability_diagrams(
     n_resamples: int = 1000,
     level: float = 0.9,
     seed: int = 0,
+    mce: bool = True,
+    min_count: int = MIN_BAND_COUNT,
 ) -> Figure:
-    """Reliability diagrams of several models side by side, at most ``width`` inches wide.
+    """Reliability diagrams of several models, at most ``width`` inches wide.
 
-    ``results`` maps a model name to ``(probs, labels)``. One column per model: the
+    ``results`` maps a model name to ``(probs, labels)``. One panel per model: the
     reliability diagram on top (as :func:`plot_bin_stats`), the share of samples per bin
-    beneath; axes are shared, and one legend below the grid serves every panel, so the
-    panels stay wide enough to read at column width. ``band`` adds resampled intervals to
-    every panel, as in :func:`reliability_diagram`.
+    beneath; at most three panels a row (four models: two rows of two), so titles and
+    ticks stay readable at column width; axes are shared and one legend below the grid
+    serves every panel. ``mce=False`` leaves the MCE out of the titles. ``band`` adds
+    resampled intervals to every panel, as in :func:`reliability_diagram`; bins with
+    fewer than ``min_count`` samples get no consistency band.
     """
     bands = _check_band(band)
     kw = {"n_resamples": n_resamples, "level": level, "seed": seed}
@@ -275,22 +292,31 @@ def reliability_diagrams(
         raise ValueError("results must be a non-empty mapping name -> (probs, labels)")
     if not 2.0 <= float(width) <= 7.0:
         raise ValueError(f"width must lie in [2, 7] inches, got {width!r}")
+    if isinstance(min_count, bool) or not isinstance(min_count, int) or min_count < 0:
+        raise ValueError(f"min_count must be an integer >= 0, got {min_count!r}")
     n = len(results)
-    fig = Figure(figsize=(float(width), 4.4 if n > 1 else 4.8), layout="constrained")
-    axes = fig.subplots(2, n, sharex=True, sharey="row", squeeze=False,
-                        gridspec_kw={"height_ratios": (3, 1)})
+    cols = n if n <= 3 else (2 if n == 4 else 3)
+    rows = -(-n // cols)
+    narrow = float(width) / cols < 2.6
+    fig = Figure(figsize=(float(width), (4.4 if n > 1 else 4.8) * rows - 0.4 * (rows - 1)), layout="constrained")
+    axes = fig.subplots(2 * rows, cols, sharex=True, sharey="row", squeeze=False,
+                        gridspec_kw={"height_ratios": (3, 1) * rows})
     for j, (name, pair) in enumerate(results.items()):
         if not isinstance(pair, (tuple, list)) or len(pair) != 2:
             raise TypeError(f"results[{name!r}] must be a (probs, labels) pair")
         stats = metrics.bin_stats(pair[0], pair[1], n_bins, closed=closed)
-        top, hist = axes[0, j], axes[1, j]
+        top, hist = axes[2 * (j // cols), j % cols], axes[2 * (j // cols) + 1, j % cols]
         _draw_bars(top, stats)
-        _draw_intervals(top, stats, pair[0], pair[1], bands, **kw)
-        top.set_title(_title(stats, name), fontsize=_FONT)
+        _draw_intervals(top, stats, pair[0], pair[1], bands, min_count, **kw)
+        top.set_title(_title(stats, name, mce, narrow), fontsize=_FONT)
         top.tick_params(labelbottom=False, labelsize=_FONT)
         _draw_share(hist, stats, legend=False)
-    axes[0, 0].set_ylabel("accuracy", fontsize=_FONT)
-    axes[1, 0].set_ylabel("share", fontsize=_FONT)
+        if j % cols == 0:
+            top.set_ylabel("accuracy", fontsize=_FONT)
+            hist.set_ylabel("share", fontsize=_FONT)
+    for j in range(n, rows * cols):  # an incomplete last row: no empty frames
+        axes[2 * (j // cols), j % cols].set_visible(False)
+        axes[2 * (j // cols) + 1, j % cols].set_visible(False)
     handles, labels = axes[0, 0].get_legend_handles_labels()
     h2, l2 = axes[1, 0].get_legend_handles_labels()
     names = [*labels, *("overall " + lab for lab in l2)]
@@ -311,6 +337,8 @@ def reliability_diagram(
     n_resamples: int = 1000,
     level: float = 0.9,
     seed: int = 0,
+    mce: bool = True,
+    min_count: int = MIN_BAND_COUNT,
 ) -> Figure:
     """Reliability diagram of top-label confidences with a confidence histogram beneath.
 
@@ -326,7 +354,7 @@ def reliability_diagram(
     bands = _check_band(band)
     stats = metrics.bin_stats(probs, labels, n_bins, closed=closed)
     kw = {"n_resamples": n_resamples, "level": level, "seed": seed}
-    return _diagram(stats, ax, title, (probs, labels, bands, kw))
+    return _diagram(stats, ax, title, (probs, labels, bands, {**kw, "min_count": min_count}), mce)
 
 
 def confidence_histogram(
