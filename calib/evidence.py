@@ -69,9 +69,12 @@ class Verdict:
     def __str__(self) -> str:
         u = self.unit
         interval = f"[{self.low:+.3g}, {self.high:+.3g}]{u}" if math.isfinite(self.low) else "[no interval]"
-        p = f"p = {self.p_adjusted:.2g}" + (" adj." if self.p_adjusted != self.p else "")
+        adjusted = self.p_adjusted != self.p
+        p = f"p = {self.p_adjusted:.2g}" + (" adj." if adjusted else "")
+        # the interval is per comparison; in a family the verdict follows the adjusted p
+        level = f"{100 * (1 - self._level()):.0f}% CI" + (" per comparison" if adjusted else "")
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
-                f"{100 * (1 - self._level()):.0f}% CI {interval}, {p}, {self.test})")
+                f"{level} {interval}, {p}, {self.test})")
 
     def _level(self) -> float:
         return 2 * self.alpha if self.direction == "equivalent" else self.alpha
