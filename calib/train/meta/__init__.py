@@ -32,8 +32,14 @@ paper is exact we follow it; where it is silent these are **our choices**:
    optimiser's current learning rate (momentum and weight decay are left out of the
    look-ahead, as in Luketina et al.), on the same training batch as the real update.
 5. *Order of updates*: look-ahead, gamma-Net update, then the real backbone update with
-   the gamma of the *updated* gamma-Net on the same batch (Wang & Golebiowski (2024), §3.3 describes the two
-   updates but not their order; Algorithm 1 of its supplement is not available to us).
+   the gamma of the *updated* gamma-Net on the same batch. Wang & Golebiowski (2024), §3.3
+   gives the order theta step, then phi step ("First, ... L_FLgamma is used to optimize ...
+   theta on D_train ... Following that, the validation mini batch ... to optimize ... phi"),
+   the scheme of Luketina et al., in which phi is differentiated through the real theta
+   step. calib differentiates through a look-ahead copy of that step and then re-does the
+   theta step for real with the updated gamma: one backbone step more per iteration, and
+   the real step sees the new gamma. The paper's order is not offered as an option.
+   (Algorithm 1 of the paper's supplement is not available to us.)
 6. *Hypergradient*: exact second order by default (``create_graph=True`` through the
    inner gradient). ``order="first"`` uses first derivatives only: the mixed second
    derivative is replaced by a central finite difference of first derivatives, as in
