@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -213,3 +214,58 @@ def test_metric_under_shift_and_examples_draw():
     assert len(fig.axes) == len(cs.CORRUPTIONS) * 6
     with pytest.raises(ValueError, match="no column"):
         plots.metric_under_shift([{"loss": "CE"}], "ece")
+
+
+def test_corrupt_grid_is_what_shift_logits_corrupts():
+    x = _shapes(4)
+    grid = es.corrupt_grid(x, corruptions=["gaussian_noise", "rotation"], severities=[0, 3], seed=2)
+    assert grid[("rotation", 0)] is x and grid[("gaussian_noise", 0)] is x
+    calls = []
+
+    def predict(images):
+        calls.append(images)
+        return images.float().flatten(1)[:, :10]
+
+    from_grid = es.shift_logits(predict, grid)
+    assert len(calls) == 3  # the clean images once, then two corrupted sets
+    direct = es.shift_logits(predict, x, corruptions=["gaussian_noise", "rotation"], severities=[0, 3], seed=2)
+    assert set(from_grid) == set(direct)
+    for cell in direct:
+        torch.testing.assert_close(from_grid[cell], direct[cell])
+
+
+@pytest.mark.parametrize("temperature", [None, 0.7, 2.0])
+def test_cell_mean_of_scores_equals_the_shift_table(temperature):
+    g = torch.Generator().manual_seed(3)
+    y = torch.randint(0, 10, (500,), generator=g)
+    logits = {}
+    for c, s in [("rotation", 0), ("rotation", 2), ("gaussian_blur", 5)]:
+        z = (1 + s) * torch.randn(500, 10, generator=g)
+        z[torch.arange(500), y] += 3 - s / 2
+        logits[c, s] = z
+    cells = list(logits)
+    rows = [r for r in es.shift_table(logits, y, temperature=temperature) if r["ts"] == (temperature is not None)]
+    s = es.scores(logits, y, cells, temperature=temperature)
+    assert s.shape == (500, 4 * len(cells)) and s.dtype == np.float64
+    for name in ("ece", "nll", "accuracy", "confidence"):
+        expected = sum(r[name] for r in rows) / len(rows)
+        assert math.isclose(es.cell_mean(name)(s, y), expected, rel_tol=1e-9, abs_tol=1e-12), name
+    # one cell alone, and a resample of its rows, match calib.metrics on the same rows
+    one = es.scores(logits, y, [cells[1]], temperature=temperature)
+    idx = torch.randint(0, 500, (500,), generator=g).numpy()
+    p = (logits[cells[1]].double() / (temperature or 1.0)).softmax(1)[idx]
+    assert math.isclose(es.cell_mean("ece")(one[idx], None), metrics.ece(p, y[idx]), rel_tol=1e-9)
+    assert math.isclose(es.cell_mean("nll")(one[idx], None), metrics.nll(p, y[idx]), rel_tol=1e-9)
+
+
+def test_scores_and_cell_mean_refuse_bad_input():
+    y = torch.tensor([0, 1])
+    logits = {("rotation", 0): torch.zeros(2, 3)}
+    with pytest.raises(ValueError, match="not among"):
+        es.scores(logits, y, [("rotation", 1)])
+    with pytest.raises(TypeError, match="list of"):
+        es.scores(logits, y, ("rotation", 0))
+    with pytest.raises(ValueError, match="metric"):
+        es.cell_mean("brier")
+    with pytest.raises(ValueError, match="shape"):
+        es.cell_mean("ece")(np.zeros((2, 3)), y)

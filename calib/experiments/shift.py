@@ -14,20 +14,28 @@ data (Ovadia et al. (2019) fit it the same way: the shift is unknown when calibr
 
 ``ensemble_logits`` averages the softmax of several models' logits (a deep ensemble,
 Lakshminarayanan et al. (2017), §2.4) and returns its log, so an ensemble goes through
-``shift_table`` like one model.
+``shift_table`` like one model. ``corrupt_grid`` corrupts the test images once for every
+model. ``scores`` and ``cell_mean`` turn a model's logits over a set of cells into
+per-image summaries and a metric on them (the mean over the cells of ECE, NLL or
+accuracy) for :func:`calib.evidence.compare_runs`: its bootstrap over test images then
+resamples each image with all its corrupted copies, and is fast.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from .. import metrics
+from ..metrics.binned import _bin_index
+from ..metrics.scores import NLL_EPS
 from .._checks import check_labels, check_positive, check_positive_int
 from ..data.shift import CORRUPTIONS, corrupt
 
-__all__ = ["Cell", "predictor", "shift_logits", "ensemble_logits", "shift_table", "evaluate_shift"]
+__all__ = ["Cell", "predictor", "corrupt_grid", "shift_logits", "ensemble_logits", "shift_table",
+           "evaluate_shift", "scores", "cell_mean"]
 
 Cell = tuple[str, int]  # (corruption, severity)
 DEFAULT_SEVERITIES = (0, 1, 2, 3, 4, 5)
@@ -63,15 +71,34 @@ def _check_grid(corruptions: Sequence[str], severities: Sequence[int]) -> None:
         raise ValueError(f"severities must be a non-empty list of ints in 0..5, got {list(severities)}")
 
 
-def shift_logits(predict: Callable[[Tensor], Tensor], images: Tensor, *,
+def corrupt_grid(images: Tensor, *, corruptions: Sequence[str] = tuple(CORRUPTIONS),
+                 severities: Sequence[int] = DEFAULT_SEVERITIES, seed: int = 0) -> dict[Cell, Tensor]:
+    """``{(corruption, severity): corrupt(corruption, images, severity, seed=seed)}``, made once
+    so that several models are evaluated on the same corrupted images without redoing the
+    corruption (blurring 10,000 images costs about as much as a small CNN's forward pass).
+    Severity 0 is ``images`` itself, the same tensor for every corruption."""
+    _check_grid(corruptions, severities)
+    return {(name, s): images if s == 0 else corrupt(name, images, s, seed=seed)
+            for name in corruptions for s in severities}
+
+
+def shift_logits(predict: Callable[[Tensor], Tensor], images: Tensor | Mapping[Cell, Tensor], *,
                  corruptions: Sequence[str] = tuple(CORRUPTIONS), severities: Sequence[int] = DEFAULT_SEVERITIES,
                  seed: int = 0) -> dict[Cell, Tensor]:
     """``{(corruption, severity): predict(corrupt(corruption, images, severity, seed=seed))}``.
 
-    Severity 0 (the clean images) is predicted once and shared by every corruption.
+    ``images``: the clean test images, or the grid :func:`corrupt_grid` made from them (then
+    ``corruptions``, ``severities`` and ``seed`` are the grid's). Severity 0 (the clean
+    images) is predicted once and shared by every corruption.
     """
+    if isinstance(images, Mapping):
+        out: dict[Cell, Tensor] = {}
+        done: dict[int, Tensor] = {}  # one prediction per distinct tensor (the shared clean images)
+        for cell, x in images.items():
+            out[cell] = done[id(x)] if id(x) in done else done.setdefault(id(x), predict(x))
+        return out
     _check_grid(corruptions, severities)
-    out: dict[Cell, Tensor] = {}
+    out = {}
     clean = predict(images) if 0 in severities else None
     for name in corruptions:
         for s in severities:
@@ -128,3 +155,65 @@ def evaluate_shift(predict: Callable[[Tensor], Tensor] | torch.nn.Module, images
         predict = predictor(predict, mean, std)
     z = shift_logits(predict, images, corruptions=corruptions, severities=severities, seed=seed)
     return shift_table(z, labels, temperature=temperature, n_bins=n_bins, **tags)
+
+
+_SCORES = ("bin", "correct", "confidence", "log_likelihood")
+
+
+def scores(logits: Mapping[Cell, Tensor], labels: Tensor, cells: Sequence[Cell], *,
+           temperature: float | None = None, n_bins: int = 15) -> np.ndarray:
+    """Per test image, what each cell's ECE, NLL and accuracy are sums of: ``(N, 4 C)`` float64.
+
+    For the ``C`` cells in order (softmax of ``logits[cell] / temperature``, in float64 as
+    :func:`shift_table`): the confidence's bin among ``n_bins`` equal-width bins (the bins of
+    :func:`calib.metrics.ece`), the correctness, the confidence, and the log-probability of
+    the true label (clamped at :data:`calib.metrics.NLL_EPS` as :func:`calib.metrics.nll`);
+    columns ``[k * C + c]`` for summary ``k`` of cell ``c``. Row ``i`` is test image ``i``
+    in every cell, so resampling rows resamples images with all their corrupted copies.
+    """
+    if isinstance(cells, tuple) and len(cells) == 2 and isinstance(cells[0], str):
+        raise TypeError("cells must be a list of (corruption, severity) cells, not one cell")
+    if not cells:
+        raise ValueError("cells is empty")
+    if missing := [c for c in cells if c not in logits]:
+        raise ValueError(f"cell {missing[0]} is not among the logits' cells")
+    t = 1.0 if temperature is None else check_positive(temperature, "temperature")
+    n_bins = check_positive_int(n_bins, "n_bins")
+    out = []
+    for cell in cells:
+        z = logits[cell]
+        y = check_labels(labels, z.shape[0], z.shape[1], "labels")
+        p = (z.double() / t).softmax(1)
+        conf, pred = p.max(1)
+        out.append(torch.stack([_bin_index(conf, n_bins, "right").double(), pred.eq(y).double(), conf,
+                                p.gather(1, y.view(-1, 1)).squeeze(1).clamp(min=NLL_EPS).log()]))
+    return torch.stack(out, 1).reshape(4 * len(cells), -1).T.contiguous().numpy()
+
+
+def cell_mean(metric: str, n_bins: int = 15) -> Callable[[np.ndarray, Any], float]:
+    """``metric(scores, labels)``: the mean over the cells of ``"ece"`` (with ``n_bins`` bins,
+    those of :func:`scores`), ``"nll"``, ``"accuracy"`` or ``"confidence"`` (the mean
+    top-label probability), from :func:`scores` rows; ``labels`` is not used (the rows hold
+    the correctness). Equal to the mean of the :func:`shift_table` values over the cells,
+    and a metric for :func:`calib.evidence.compare_runs` and :func:`calib.evidence.test_se`.
+    """
+    if metric not in ("ece", "nll", "accuracy", "confidence"):
+        raise ValueError(f"metric must be 'ece', 'nll', 'accuracy' or 'confidence', got {metric!r}")
+    n_bins = check_positive_int(n_bins, "n_bins")
+
+    def mean_over_cells(rows: np.ndarray, labels: Any = None) -> float:
+        rows = np.asarray(rows, dtype=np.float64)
+        if rows.ndim != 2 or rows.shape[1] % 4:
+            raise ValueError(f"rows must be scores(...) output of shape (N, 4 C), got {rows.shape}")
+        n, c = rows.shape[0], rows.shape[1] // 4
+        binned, correct, conf, loglik = (rows[:, k * c:(k + 1) * c] for k in range(4))
+        if metric == "nll":
+            return float(-loglik.mean())
+        if metric in ("accuracy", "confidence"):
+            return float((correct if metric == "accuracy" else conf).mean())
+        key = binned.astype(np.int64) + n_bins * np.arange(c)  # bin m of cell j: j * n_bins + m
+        gaps = np.bincount(key.ravel(), weights=(correct - conf).ravel(), minlength=c * n_bins)
+        return float(np.abs(gaps).sum() / (n * c))
+
+    mean_over_cells.__name__ = f"mean_{metric}"
+    return mean_over_cells
