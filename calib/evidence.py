@@ -107,7 +107,7 @@ def _outcome(direction: str, effect: float, p: float, alpha: float) -> str:
 def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             direction: Direction = "greater", alpha: float = 0.05, paired: bool | None = None,
             test_se: float = 0.0, margin: float | None = None, unit: str = "",
-            seed_sd: float | None = None) -> Verdict:
+            seed_sd: float | None = None, resolution: float = 0.0) -> Verdict:
     """Test the claim "a > b" (``direction="greater"``), "a < b" (``"less"``) or
     "|a − b| < margin" (``"equivalent"``) on per-seed values.
 
@@ -117,6 +117,9 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     added to the seed noise; 0 counts the seed noise only. Adding it to the spread of
     the per-seed differences counts the runs' own test noise twice: conservative, it
     widens the interval, never narrows it.
+    ``resolution``: the values are rounded to this step (a temperature from a 0.1 grid):
+    each value's variance is at least the rounding's ``resolution² / 12``, so seeds that all
+    round to the same number do not make the noise look like zero.
     ``seed_sd``: with one seed the seed noise cannot be measured, and the verdict is
     ``undecided`` unless a per-run seed standard deviation (e.g. from a pilot with more
     seeds) is given; it then enters as ``2 seed_sd² / n`` (two independent runs).
@@ -145,7 +148,13 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
         paired = not one_sample and xa.size == xb.size
     if paired and xa.size != xb.size:
         raise ValueError(f"paired=True needs as many values in a as in b, got {xa.size} and {xb.size}")
+    if not (math.isfinite(resolution) and resolution >= 0):
+        raise ValueError(f"resolution must be a finite number >= 0, got {resolution!r}")
     effect, seed_var, df, test = _difference(xa, xb, one_sample, paired)
+    if resolution > 0:  # the rounding's variance, per value: 1 (one-sample) or 2 per difference
+        floor = (1 if one_sample else 2) * resolution ** 2 / 12 / max(xa.size, 1)
+        if seed_var < floor:
+            seed_var, test = floor, test + f", rounding to {resolution:g} as the floor"
     if df == 0 or min(xa.size, xb.size if not one_sample else 2) < 2:  # a side with one seed
         if seed_sd is None:
             return Verdict(claim, direction, effect, math.nan, math.nan, 1.0, 1.0, "undecided",

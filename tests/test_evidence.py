@@ -177,3 +177,14 @@ def test_statistics_of_the_wrong_predictions():
     assert evidence.entropy_of_wrong(p, y) == pytest.approx(-(p[0] * np.log(p[0])).sum())
     assert evidence.nll_of_wrong(p, y) == pytest.approx(-np.log(0.2))
     assert math.isnan(evidence.nll_of_wrong(p[1:], y[1:]))
+
+
+def test_values_rounded_to_a_grid_keep_a_noise_floor():
+    same = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0])  # zero spread: no interval
+    assert same.outcome == "undecided" and math.isnan(same.low)
+    floored = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], resolution=0.1)
+    se = math.sqrt(2 * 0.01 / 12 / 3)
+    assert floored.high - floored.low == pytest.approx(2 * stats.t.ppf(0.975, 2) * se)
+    assert "rounding to 0.1" in floored.test
+    with pytest.raises(ValueError, match="resolution"):
+        evidence.compare([1.0, 2.0], [1.0, 2.0], resolution=-1.0)
