@@ -107,7 +107,7 @@ def _outcome(direction: str, effect: float, p: float, alpha: float) -> str:
 def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             direction: Direction = "greater", alpha: float = 0.05, paired: bool | None = None,
             test_se: float = 0.0, margin: float | None = None, unit: str = "",
-            seed_sd: float | None = None, resolution: float = 0.0) -> Verdict:
+            seed_sd: float | None = None, resolution: float = 0.0, test_df: float = math.inf) -> Verdict:
     """Test the claim "a > b" (``direction="greater"``), "a < b" (``"less"``) or
     "|a − b| < margin" (``"equivalent"``) on per-seed values.
 
@@ -117,6 +117,8 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     added to the seed noise; 0 counts the seed noise only. Adding it to the spread of
     the per-seed differences counts the runs' own test noise twice: conservative, it
     widens the interval, never narrows it.
+    ``test_df``: the degrees of freedom of ``test_se`` (a bootstrap of B resamples: B − 1),
+    so a tiny seed spread cannot make the test noise count as exactly known.
     ``resolution``: the values are rounded to this step (a temperature from a 0.1 grid):
     each value's variance is at least the rounding's ``resolution² / 12``, so seeds that all
     round to the same number do not make the noise look like zero.
@@ -162,8 +164,9 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
                            test + " (one seed: seed noise unknown)", alpha, margin, unit)
         seed_var, df = (1 if one_sample else 2) * seed_sd ** 2 / max(xa.size, 1), math.inf
     var = seed_var + test_se ** 2
-    if test_se > 0:  # Welch-Satterthwaite, the bootstrap variance counted with infinite df
-        df = var ** 2 / (seed_var ** 2 / df) if seed_var > 0 and math.isfinite(df) else math.inf
+    if test_se > 0:  # Welch-Satterthwaite over the seed and the bootstrap variances
+        den = (seed_var ** 2 / df if seed_var > 0 and math.isfinite(df) else 0.0) + test_se ** 4 / test_df
+        df = var ** 2 / den if den > 0 else math.inf
         test += " + test-set bootstrap"
     level = 2 * alpha if direction == "equivalent" else alpha
     if var == 0:  # one seed and no test noise: nothing measures the noise
@@ -297,6 +300,7 @@ def compare_runs(metric: Metric, probs_a: Sequence[object], probs_b: Sequence[ob
     a = [scale * metric(_as_numpy(p), y) for p in probs_a]
     b = [scale * metric(_as_numpy(p), y) for p in probs_b]
     se = scale * test_se(metric, probs_a, y, probs_b, n_boot=n_boot, seed=seed)
+    kwargs.setdefault("test_df", n_boot - 1)
     return compare(a, b, claim, test_se=se, **kwargs)
 
 

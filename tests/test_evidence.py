@@ -188,3 +188,10 @@ def test_values_rounded_to_a_grid_keep_a_noise_floor():
     assert "rounding to 0.1" in floored.test
     with pytest.raises(ValueError, match="resolution"):
         evidence.compare([1.0, 2.0], [1.0, 2.0], resolution=-1.0)
+
+
+def test_the_bootstrap_counts_its_own_degrees_of_freedom():
+    # identical seeds: the only noise is the bootstrap's, known to B - 1 = 49 df, not exactly
+    v = evidence.compare([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], test_se=0.3, test_df=49)
+    assert v.high - v.low == pytest.approx(2 * stats.t.ppf(0.975, 49) * 0.3)
+    assert v.p == pytest.approx(2 * stats.t.sf(1 / 0.3, 49))
