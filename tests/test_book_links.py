@@ -65,3 +65,16 @@ def test_expected_link_format():
     nb = ROOT / "book" / "02_overconfidence.ipynb"
     assert expected_link(cfg, nb) == ("https://colab.research.google.com/github/me/fork/blob/dev/"
                                       "book/02_overconfidence.ipynb")
+
+
+PAGES_WITH_GLUE = sorted(p for p in (ROOT / "book").glob("*.ipynb") if "{glue:" in p.read_text())
+
+
+@pytest.mark.parametrize("notebook", PAGES_WITH_GLUE, ids=lambda p: p.stem)
+def test_glued_values_render_as_text_not_quoted_strings(config, notebook):
+    """A str glued into prose with {glue:} shows as its repr ('5.1', quotes included);
+    chapters glue Markdown(text) and paste it with {glue:md}."""
+    page = (HTML / notebook.relative_to(ROOT).with_suffix(".html")).read_text()
+    pasted = re.findall(r'<span class="pasted-text">(.*?)</span>', page, re.S)
+    quoted = [t for t in pasted if re.fullmatch(r"\s*(&#x27;|'|&quot;|\").*(&#x27;|'|&quot;|\")\s*", t)]
+    assert not quoted, f"{notebook.name}: glued values shown as quoted strings: {quoted[:5]}"
