@@ -170,11 +170,31 @@ def test_paired_verdicts_match_compare_runs():
     gt, yt = _logits(500, seed=8)
     probs = {"none": torch.softmax(gt, 1),
              "temperature": posthoc.TemperatureScaling().fit(gv, yv).predict_proba(gt)}
-    vs = ps.paired_verdicts(probs, yt, [("temperature", "none")], "toy", n_boot=50, seed=3)
+    vs = ps.paired_verdicts(probs, yt, [("temperature", "none")], "toy", n_boot=50, seed=3,
+                            seed_sd=0.0)
     assert [v.claim for v in vs] == ["toy: temperature has a lower test NLL than none",
                                      "toy: temperature has a lower test ECE than none"]
     want = evidence.compare_runs(metrics.nll, [probs["temperature"]], [probs["none"]], yt,
-                                 "x", direction="less", n_boot=50, seed=3)
+                                 "x", direction="less", n_boot=50, seed=3, seed_sd=0.0)
     assert vs[0].effect == pytest.approx(want.effect, rel=1e-9)
     assert vs[0].high == pytest.approx(want.high, rel=1e-6)
     assert vs[0].outcome == "holds"  # temperature scaling repairs a planted over-confidence
+
+
+def test_paired_verdicts_forward_seed_sd_to_compare():
+    gv, yv = _logits(600, seed=7)
+    gt, yt = _logits(500, seed=8)
+    probs = {"none": torch.softmax(gt, 1),
+             "temperature": posthoc.TemperatureScaling().fit(gv, yv).predict_proba(gt)}
+    pair = [("temperature", "none")]
+    bare = ps.paired_verdicts(probs, yt, pair, "toy", n_boot=50, seed=3)
+    assert all(v.outcome == "undecided" and "seed noise unknown" in v.test for v in bare)
+    given = ps.paired_verdicts(probs, yt, pair, "toy", n_boot=50, seed=3, seed_sd=0.0)
+    assert all(math.isfinite(v.low) and "seed noise unknown" not in v.test for v in given)
+
+
+def test_default_ensemble_ts_is_fitted_by_mse_and_nll_on_request():
+    assert ps.default_calibrators(10)["ensemble TS"]().loss == "mse"
+    assert ps.default_calibrators(10, ets_loss="nll")["ensemble TS"]().loss == "nll"
+    with pytest.raises(ValueError, match="ets_loss"):
+        ps.default_calibrators(10, ets_loss="brier")
