@@ -250,6 +250,11 @@ def test_cell_mean_of_scores_equals_the_shift_table(temperature):
     for name in ("ece", "nll", "accuracy", "confidence"):
         expected = sum(r[name] for r in rows) / len(rows)
         assert math.isclose(es.cell_mean(name)(s, y), expected, rel_tol=1e-9, abs_tol=1e-12), name
+        # change: the later cells' mean minus the first cell's, from the same rows
+        change = sum(r[name] for r in rows[1:]) / (len(rows) - 1) - rows[0][name]
+        assert math.isclose(es.cell_mean(name, change=True)(s, y), change, rel_tol=1e-9, abs_tol=1e-12), name
+    gap = sum(r["confidence"] - r["accuracy"] for r in rows) / len(rows)
+    assert math.isclose(es.cell_mean("gap")(s, y), gap, rel_tol=1e-9, abs_tol=1e-12)
     # one cell alone, and a resample of its rows, match calib.metrics on the same rows
     one = es.scores(logits, y, [cells[1]], temperature=temperature)
     idx = torch.randint(0, 500, (500,), generator=g).numpy()
@@ -269,3 +274,5 @@ def test_scores_and_cell_mean_refuse_bad_input():
         es.cell_mean("brier")
     with pytest.raises(ValueError, match="shape"):
         es.cell_mean("ece")(np.zeros((2, 3)), y)
+    with pytest.raises(ValueError, match="two or more cells"):
+        es.cell_mean("ece", change=True)(np.zeros((2, 4)), y)

@@ -16,8 +16,8 @@ data (Ovadia et al. (2019) fit it the same way: the shift is unknown when calibr
 Lakshminarayanan et al. (2017), §2.4) and returns its log, so an ensemble goes through
 ``shift_table`` like one model. ``corrupt_grid`` corrupts the test images once for every
 model. ``scores`` and ``cell_mean`` turn a model's logits over a set of cells into
-per-image summaries and a metric on them (the mean over the cells of ECE, NLL or
-accuracy) for :func:`calib.evidence.compare_runs`: its bootstrap over test images then
+per-image summaries and a metric on them (the mean over the cells of ECE, NLL, accuracy
+or confidence minus accuracy, or its change from a clean cell) for :func:`calib.evidence.compare_runs`: its bootstrap over test images then
 resamples each image with all its corrupted copies, and is fast.
 """
 from __future__ import annotations
@@ -190,15 +190,20 @@ def scores(logits: Mapping[Cell, Tensor], labels: Tensor, cells: Sequence[Cell],
     return torch.stack(out, 1).reshape(4 * len(cells), -1).T.contiguous().numpy()
 
 
-def cell_mean(metric: str, n_bins: int = 15) -> Callable[[np.ndarray, Any], float]:
+def cell_mean(metric: str, n_bins: int = 15, *, change: bool = False) -> Callable[[np.ndarray, Any], float]:
     """``metric(scores, labels)``: the mean over the cells of ``"ece"`` (with ``n_bins`` bins,
-    those of :func:`scores`), ``"nll"``, ``"accuracy"`` or ``"confidence"`` (the mean
-    top-label probability), from :func:`scores` rows; ``labels`` is not used (the rows hold
-    the correctness). Equal to the mean of the :func:`shift_table` values over the cells,
+    those of :func:`scores`), ``"nll"``, ``"accuracy"``, ``"confidence"`` (the mean
+    top-label probability) or ``"gap"`` (confidence minus accuracy: > 0 is over-confident
+    on average), from :func:`scores` rows; ``labels`` is not used (the rows hold the
+    correctness). Equal to the mean of the :func:`shift_table` values over the cells,
     and a metric for :func:`calib.evidence.compare_runs` and :func:`calib.evidence.test_se`.
+
+    ``change=True``: the mean over the cells after the first minus the first cell's value
+    (scores over ``[clean cell, *shifted cells]``: how much the metric moves under shift),
+    so that a bootstrap resamples each image with its clean and corrupted copies together.
     """
-    if metric not in ("ece", "nll", "accuracy", "confidence"):
-        raise ValueError(f"metric must be 'ece', 'nll', 'accuracy' or 'confidence', got {metric!r}")
+    if metric not in ("ece", "nll", "accuracy", "confidence", "gap"):
+        raise ValueError(f"metric must be 'ece', 'nll', 'accuracy', 'confidence' or 'gap', got {metric!r}")
     n_bins = check_positive_int(n_bins, "n_bins")
 
     def mean_over_cells(rows: np.ndarray, labels: Any = None) -> float:
@@ -206,14 +211,18 @@ def cell_mean(metric: str, n_bins: int = 15) -> Callable[[np.ndarray, Any], floa
         if rows.ndim != 2 or rows.shape[1] % 4:
             raise ValueError(f"rows must be scores(...) output of shape (N, 4 C), got {rows.shape}")
         n, c = rows.shape[0], rows.shape[1] // 4
+        if change and c < 2:
+            raise ValueError("change=True needs scores over two or more cells (the first is the baseline)")
         binned, correct, conf, loglik = (rows[:, k * c:(k + 1) * c] for k in range(4))
         if metric == "nll":
-            return float(-loglik.mean())
-        if metric in ("accuracy", "confidence"):
-            return float((correct if metric == "accuracy" else conf).mean())
-        key = binned.astype(np.int64) + n_bins * np.arange(c)  # bin m of cell j: j * n_bins + m
-        gaps = np.bincount(key.ravel(), weights=(correct - conf).ravel(), minlength=c * n_bins)
-        return float(np.abs(gaps).sum() / (n * c))
+            per_cell = -loglik.mean(0)
+        elif metric in ("accuracy", "confidence", "gap"):
+            per_cell = {"accuracy": correct, "confidence": conf, "gap": conf - correct}[metric].mean(0)
+        else:
+            key = binned.astype(np.int64) + n_bins * np.arange(c)  # bin m of cell j: j * n_bins + m
+            gaps = np.bincount(key.ravel(), weights=(correct - conf).ravel(), minlength=c * n_bins)
+            per_cell = np.abs(gaps).reshape(c, n_bins).sum(1) / n
+        return float(per_cell[1:].mean() - per_cell[0]) if change else float(per_cell.mean())
 
-    mean_over_cells.__name__ = f"mean_{metric}"
+    mean_over_cells.__name__ = f"{'change' if change else 'mean'}_{metric}"
     return mean_over_cells
