@@ -288,7 +288,7 @@ def test_failed_text_write_leaves_no_temp_file(tmp_path, monkeypatch):
     monkeypatch.setattr(records.Path, "write_text", full)
     target = tmp_path / "history.jsonl"
     with pytest.raises(OSError, match="could not write .*history.jsonl: File too large"):
-        records._atomic_write_text(target, "0123456789")
+        records.atomic_write_text(target, "0123456789")
     assert not target.exists() and not list(tmp_path.iterdir())
 
 
