@@ -2,13 +2,13 @@
 
 A run directory holds::
 
-    config.json      the configuration (JSON, one object)
-    history.jsonl    one JSON line per epoch: train loss/accuracy, val accuracy/NLL/ECE, lr, ...
-    logits.pt        val and test logits + labels (a dict of tensors; torch.load(weights_only=True))
-    metrics.json     calib.metrics.summary on test, before and after temperature scaling fitted
-                     on the validation split, with the temperature T
-    checkpoint.pt    model, optimiser, scheduler, AMP scaler, RNG and loader state, written
-                     atomically every epoch and on SIGTERM/SIGINT
+    config.json     the configuration (JSON, one object)
+    history.jsonl   one JSON line per epoch: train loss/accuracy, val accuracy/NLL/ECE, lr
+    logits.pt       val and test logits + labels (torch.load(weights_only=True))
+    metrics.json    calib.metrics.summary on test, before and after temperature scaling
+                    fitted on the validation split, with the temperature T
+    checkpoint.pt   model, optimiser, scheduler, AMP scaler, RNG and loader state,
+                    written atomically every epoch and on SIGTERM/SIGINT
 
 Every metric is a pure function of the saved logits, so :func:`evaluate_run` recomputes
 ``metrics.json`` without retraining. The papers' schedules are :mod:`calib.train.presets`.
