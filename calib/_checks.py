@@ -61,12 +61,17 @@ def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> t
     return t
 
 
+class NonFiniteError(ValueError):
+    """An input holds NaN or inf: a ``ValueError`` like any bad input, with its own type so
+    the trainer tells diverged weights (NaN logits) from a wrong call without reading text."""
+
+
 def check_finite(t: torch.Tensor, name: str, *, per_step: bool = False) -> None:
-    """Refuse NaN/inf; ``per_step`` checks only where :func:`reads_values` allows."""
+    """Refuse NaN/inf (:class:`NonFiniteError`); ``per_step`` checks only where :func:`reads_values` allows."""
     if per_step and not reads_values(t):
         return
     if t.is_floating_point() and not bool(torch.isfinite(t).all()):
-        raise ValueError(f"{name} contains NaN or inf values")
+        raise NonFiniteError(f"{name} contains NaN or inf values")
 
 
 def check_matrix(x: ArrayLike, name: str, *, per_step: bool = False) -> torch.Tensor:

@@ -12,7 +12,7 @@ Examples::
     python -m calib evaluate runs/r50-bsce
     # two GPUs
     torchrun --standalone --nproc_per_node 2 -m calib train ...
-    # a grid: 3 losses x 3 seeds, resumable, shardable (calib.sweep)
+    # a grid: 3 losses x 3 seeds, resumable, shardable (calib.experiments.sweep)
     python -m calib sweep --data digits --model mlp --loss ce --loss focal:gamma=3 \\
         --loss bsce_gra:gamma=4,norm=2 --seeds 0,1,2 --out runs/grid [--shard 1/2]
 
@@ -36,6 +36,8 @@ from . import profile as _profile
 DEBUG_ENV = "CALIB_DEBUG"
 
 LOSS_OPTIONS = ("gamma", "norm", "epsilon", "alpha", "lam")
+# the keys of calib.train.TRAINERS, spelled out so `--help` needs no torch import (a test keeps them equal)
+META_SETTINGS = ("none", "gamma_net", "l2_reg")
 
 
 def _key_value(text: str) -> tuple[str, Any]:
@@ -74,7 +76,7 @@ def _positive(kind: type) -> Any:
 
 def _seed_list(text: str) -> list[int]:
     if text.strip() == "paper":
-        return "paper"  # type: ignore[return-value]  # resolved from --preset by calib.sweep
+        return "paper"  # type: ignore[return-value]  # resolved from --preset by calib.experiments.sweep
     try:
         seeds = [int(v) for v in text.split(",") if v.strip()]
     except ValueError:
@@ -139,7 +141,7 @@ def add_training_arguments(p: argparse.ArgumentParser, *, sweep: bool = False) -
         g.add_argument("--lam", type=float, default=None, help="regulariser weight lambda (e.g. MMCE, DECE)")
         g.add_argument("--loss-arg", type=_key_value, action="append", default=[], metavar="KEY=VALUE",
                        help="any other keyword for calib.losses.make (repeatable)")
-    g.add_argument("--meta", choices=("none", "gamma_net", "l2_reg"), default="none",
+    g.add_argument("--meta", choices=META_SETTINGS, default="none",
                    help="meta-regularisation: gamma_net learns a focal gamma per sample (Wang & Golebiowski (2024)); "
                         "l2_reg learns an L2 penalty on the classifier (Bohdal et al. (2021); with --loss ce the "
                         "CE-DECE / CE-SECE baselines of Wang & Golebiowski (2024))")
@@ -424,16 +426,13 @@ def _result_warnings(metrics: dict[str, Any], num_classes: int | None, config: A
 def cmd_train(args: argparse.Namespace) -> int:
     """Build the config and trainer (bad input: exit 2), train, print the headline numbers."""
     from .data import DownloadError
-    from .train import CheckpointError, TrainingDiverged, TrainingInterrupted, rundir
+    from .train import CheckpointError, TrainingDiverged, TrainingInterrupted, make_trainer, rundir
 
     sub = args.subparser
     try:
         out = rundir.check_out(args.out)
         config = config_from_args(args)
         _check_names(config)
-        from .experiments.sweep import trainer_class
-
-        cls = trainer_class(config.meta)
     except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, rundir.RunDirError) as exc:
         _fail(sub, str(exc))
     with contextlib.ExitStack() as stack:
@@ -446,7 +445,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             except rundir.RunDirError as exc:
                 _fail(sub, str(exc))
         try:
-            trainer = cls(config)
+            trainer = make_trainer(config)
         except (ValueError, TypeError, FileNotFoundError, FileExistsError, CheckpointError, DownloadError) as exc:
             _fail(sub, str(exc))
         _schedule_warnings(config, trainer)
@@ -473,7 +472,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _claim(out: Any, config: Any, args: argparse.Namespace) -> None:
-    """Check that ``out`` is this run's to write (calib.rundir.check_owner); clear it for --overwrite."""
+    """Check that ``out`` is this run's to write (calib.train.rundir.check_owner); clear it for --overwrite."""
     from .train import TrainConfig, rundir
 
     state = rundir.check_owner(out, config.identity(), identity_of=lambda d: TrainConfig.from_dict(d).identity(),

@@ -95,3 +95,69 @@ def test_the_checker_sees_a_violation():
     found = _imports_of(source, "calib.metrics", is_package=False)
     assert found == [(2, "calib.train"), (3, "calib.profile")]
     assert _layer("calib.train.trainer")[1] > _layer("calib.metrics")[1] >= _layer("calib.profile")[1]
+
+
+def _runtime_imports(path: pathlib.Path) -> set[str]:
+    """The calib modules ``path`` imports when it runs (``if TYPE_CHECKING:`` blocks left out)."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            node.body = [ast.Pass()]
+    source = ast.unparse(tree)
+    return {m for _, m in _imports_of(source, _module_name(path), path.name == "__init__.py")}
+
+
+def _import_graph(packages: tuple[str, ...]) -> dict[str, set[str]]:
+    """Module -> the calib modules it imports at run time, for the modules of ``packages``."""
+    names = {_module_name(p): p for p in MODULES}
+    return {m: {t for t in _runtime_imports(p) if t in names and t != m}
+            for m, p in names.items() if m.startswith(packages)}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Import cycles in ``graph`` (Tarjan's strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_circles_in_data_and_train():
+    """Issue 34: data/idx <-> data/vision and train/meta/l2 <-> train/meta/trainer are cut, and no
+    other circle among calib.data's and calib.train's modules (lazy imports included)."""
+    assert _cycles(_import_graph(("calib.data", "calib.train"))) == []
+    assert "calib.data.vision" not in _runtime_imports(ROOT / "data" / "idx.py")
+    assert "calib.train.meta.l2" not in _runtime_imports(ROOT / "train" / "meta" / "trainer.py")
+    assert "calib.train.meta.trainer" not in _runtime_imports(ROOT / "train" / "meta" / "l2.py")
+
+
+def test_the_circle_finder_sees_a_circle():
+    """The check could fail: a circle through three modules is found, a chain is not, and an
+    import under ``if TYPE_CHECKING:`` (annotations only) does not count."""
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+    assert "calib.train.trainer" not in _runtime_imports(ROOT / "train" / "progress.py")

@@ -522,13 +522,13 @@ def _l2_config(out, **kw):
     return _config(out, **{"meta": "l2_reg", "meta_objective": "dece", **kw})
 
 
-def test_l2_meta_trainer_is_what_metatrainer_builds_for_l2_reg(tmp_path) -> None:
+def test_l2_meta_trainer_is_what_make_trainer_builds_for_l2_reg(tmp_path) -> None:
     from calib.train.meta import L2MetaTrainer, MetaTrainer
-    from calib.train import load_history
+    from calib.train import load_history, make_trainer
 
     data = _toy_splits()
-    trainer = MetaTrainer(_l2_config(tmp_path / "run", meta_objective="sece"), data=data)
-    assert isinstance(trainer, L2MetaTrainer)
+    trainer = make_trainer(_l2_config(tmp_path / "run", meta_objective="sece"), data=data)
+    assert type(trainer) is L2MetaTrainer
     assert trainer.data.extra["meta_y"].shape[0] == trainer.data.val_y.shape[0] == 30
     assert [c.shape for c in trainer.coefs] == [trainer.model.classifier.weight.shape,
                                                 trainer.model.classifier.bias.shape]
@@ -539,25 +539,26 @@ def test_l2_meta_trainer_is_what_metatrainer_builds_for_l2_reg(tmp_path) -> None
     assert hist[-1]["l2_coef_abs_mean"] > 0  # the coefficients moved
     assert (tmp_path / "run" / "metrics.json").exists()
     with pytest.raises(ValueError, match="unknown meta settings"):
-        MetaTrainer(_l2_config(tmp_path / "x", meta_kwargs={"tau": 0.1}), data=data)
-    with pytest.raises(TypeError, match="gammas"):
-        trainer.gammas()
+        L2MetaTrainer(_l2_config(tmp_path / "x", meta_kwargs={"tau": 0.1}), data=data)
+    with pytest.raises(ValueError, match="make_trainer"):  # no silent swap of the class (issue 34)
+        MetaTrainer(_l2_config(tmp_path / "y"), data=data)
+    assert not hasattr(trainer, "gammas")  # no gamma-Net here: the coefficients are .coefs
 
 
 def test_l2_meta_trainer_resume_mid_epoch_matches_an_uninterrupted_run(tmp_path, interrupted_after) -> None:
 
-    from calib.train.meta import L2MetaTrainer, MetaTrainer
+    from calib.train.meta import L2MetaTrainer
     from calib.train import CheckpointError, TrainingInterrupted, load_history
 
     data = _toy_splits(1)
-    straight = MetaTrainer(_l2_config(tmp_path / "a"), data=data)
+    straight = L2MetaTrainer(_l2_config(tmp_path / "a"), data=data)
     straight.fit()
 
     Stopping = interrupted_after(L2MetaTrainer, 10)  # mid-way through epoch 2 (7 batches per epoch)
 
     with pytest.raises(TrainingInterrupted):
         Stopping(_l2_config(tmp_path / "b"), data=data).fit()
-    resumed = MetaTrainer(_l2_config(tmp_path / "b"), data=data)
+    resumed = L2MetaTrainer(_l2_config(tmp_path / "b"), data=data)
     resumed.fit(resume=True)
     for p, q in zip(straight.model.parameters(), resumed.model.parameters()):
         torch.testing.assert_close(p, q, rtol=0, atol=0)

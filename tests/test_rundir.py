@@ -202,7 +202,7 @@ def _config(out: Path, epochs: int = 2) -> TrainConfig:
 
 
 def test_divergence_stops_with_epoch_and_step_and_keeps_last_good_checkpoint(tmp_path, monkeypatch):
-    from calib.train import trainer as T
+    from calib.train import TrainingDiverged
 
     trainer = Trainer(_config(tmp_path / "run", epochs=3))
     steps_per_epoch = len(trainer.train_loader)
@@ -217,7 +217,7 @@ def test_divergence_stops_with_epoch_and_step_and_keeps_last_good_checkpoint(tmp
         return out
 
     monkeypatch.setattr(Trainer, "train_step", step)
-    with pytest.raises(T.TrainingDiverged, match="epoch 2, step 3") as info:
+    with pytest.raises(TrainingDiverged, match="epoch 2, step 3") as info:
         trainer.fit()
     assert "lower learning rate" in str(info.value) and "last good checkpoint" in str(info.value)
     ckpt = load_checkpoint(tmp_path / "run" / CHECKPOINT_FILE)
@@ -288,7 +288,7 @@ def test_failed_text_write_leaves_no_temp_file(tmp_path, monkeypatch):
     monkeypatch.setattr(records.Path, "write_text", full)
     target = tmp_path / "history.jsonl"
     with pytest.raises(OSError, match="could not write .*history.jsonl: File too large"):
-        records._atomic_write_text(target, "0123456789")
+        records.atomic_write_text(target, "0123456789")
     assert not target.exists() and not list(tmp_path.iterdir())
 
 

@@ -13,7 +13,7 @@ import torch
 from calib import profile
 from calib.cli import main
 from calib.data import DownloadError, fake, load
-from calib.train import TrainConfig, Trainer, smoke_config
+from calib.train import TrainConfig, make_trainer, smoke_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_smoke_config_keeps_the_code_path_and_cuts_the_work(monkeypatch):
 def test_trainer_in_smoke_mode_runs_a_few_steps(smoke_on, tmp_path):
     cfg = TrainConfig.from_preset("cifar", "paper", data="cifar10", model="mlp",
                                   model_kwargs={"hidden": 8}, progress=False, out=str(tmp_path / "run"))
-    trainer = Trainer(cfg)
+    trainer = make_trainer(cfg)
     assert len(trainer.train_loader) <= 2 and trainer.config.epochs == 2
     trainer.fit()
     assert len(trainer.history) == 2
@@ -206,7 +206,7 @@ def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
     monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
     cfg = TrainConfig.from_preset("cifar", "colab", data="cifar10", model="mlp", model_kwargs={"hidden": 8},
                                   progress=False)
-    trainer = Trainer(cfg)
+    trainer = make_trainer(cfg)
     (line,) = [json.loads(s) for s in ledger.read_text().splitlines()]
     per = profile.forward_flops(trainer.model, trainer.data.train_x)
     # 30 epochs of 45,000 training images (3 passes) and 5,000 validation images, then val + test

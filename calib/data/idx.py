@@ -1,4 +1,4 @@
-"""Fashion-MNIST from its IDX files: a strict reader, the folders searched, the download.
+"""Fashion-MNIST from its IDX files: a strict reader and the folders searched.
 
 Fashion-MNIST (Xiao et al. 2017, "Fashion-MNIST: a novel image dataset for benchmarking
 machine learning algorithms") holds 60,000 training and 10,000 test greyscale 28 x 28
@@ -14,7 +14,8 @@ elements in row-major order: images ``0x00000803`` with sizes ``(N, 28, 28)``, l
 ``0x00000801`` with ``(N,)``. :func:`read_idx` checks every part of that and raises
 :class:`IDXError` (a ``ValueError``) with one line naming the file and the problem.
 
-Folders searched, first complete one wins (:func:`find_fashion_mnist`): ``ROOT/fashion-mnist/``
+The download lives with the other datasets' in :mod:`calib.data.vision` (this module
+knows the files, not the network). Folders searched, first complete one wins (:func:`find_fashion_mnist`): ``ROOT/fashion-mnist/``
 and torchvision's ``ROOT/FashionMNIST/raw/`` for the data root ``ROOT`` (the ``root``
 argument, else ``$CALIB_DATA``, else ``data``); then Debian's package
 ``dataset-fashion-mnist`` (:data:`SYSTEM_DIRS`); then ``data/`` if ``ROOT`` was another folder.
@@ -30,7 +31,8 @@ import numpy as np
 import torch
 
 __all__ = ["IDXError", "read_idx", "write_idx", "find_fashion_mnist", "FASHION_MNIST_FILES",
-           "FASHION_MNIST_CLASSES", "FASHION_MNIST_URL", "SYSTEM_DIRS"]
+           "FASHION_MNIST_CLASSES", "FASHION_MNIST_URL", "FASHION_MNIST_MD5", "SYSTEM_DIRS", "file_in",
+           "fashion_mnist_arrays"]
 
 Tensor = torch.Tensor
 
@@ -40,7 +42,7 @@ FASHION_MNIST_CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", 
                          "Bag", "Ankle boot")
 # The official mirror (Zalando Research's README) and the MD5 sums of its .gz files.
 FASHION_MNIST_URL = "http://fashion-mnist.s3-website.eu-central-1.amazonaws.com/"
-_MD5 = {"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
+FASHION_MNIST_MD5 = {"train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
         "train-labels-idx1-ubyte.gz": "25c81989df183df01b3e8a0aad5dffbe",
         "t10k-images-idx3-ubyte.gz": "bef4ecab320f06d8554ea6380940ec79",
         "t10k-labels-idx1-ubyte.gz": "bb300cfdad3c16e7a12a480ee83cd310"}
@@ -123,7 +125,8 @@ def write_idx(path: str | os.PathLike, array: np.ndarray, *, compress: bool | No
 
 
 # --------------------------------------------------------------------------- Fashion-MNIST
-def _file_in(folder: Path, stem: str) -> Path | None:
+def file_in(folder: Path, stem: str) -> Path | None:
+    """``folder/stem`` or ``folder/stem.gz``, whichever exists first, else ``None``."""
     for name in (stem, stem + ".gz"):
         if (folder / name).is_file():
             return folder / name
@@ -147,14 +150,14 @@ def find_fashion_mnist(root: str | os.PathLike) -> Path | None:
     two under ``data/``.
     """
     for folder in _candidates(Path(root).expanduser()):
-        if all(_file_in(folder, stem) for stem in FASHION_MNIST_FILES):
+        if all(file_in(folder, stem) for stem in FASHION_MNIST_FILES):
             return folder
     return None
 
 
 def _read_split(folder: Path, prefix: str) -> tuple[Tensor, Tensor]:
-    img_path = _file_in(folder, f"{prefix}-images-idx3-ubyte")
-    lab_path = _file_in(folder, f"{prefix}-labels-idx1-ubyte")
+    img_path = file_in(folder, f"{prefix}-images-idx3-ubyte")
+    lab_path = file_in(folder, f"{prefix}-labels-idx1-ubyte")
     assert img_path is not None and lab_path is not None  # find_fashion_mnist checked both
     images, labels = read_idx(img_path, 3), read_idx(lab_path, 1)
     if images.shape[1:] != (28, 28):
@@ -169,31 +172,12 @@ def _read_split(folder: Path, prefix: str) -> tuple[Tensor, Tensor]:
     return x, torch.from_numpy(labels.astype(np.int64))
 
 
-def fashion_mnist_arrays(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+def fashion_mnist_arrays(root: Path) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Training and test images ``(N, 1, 28, 28)`` uint8 and labels, from the first complete
-    folder of :func:`find_fashion_mnist`; with ``download`` missing files are fetched into
-    ``root/fashion-mnist`` first."""
+    folder of :func:`find_fashion_mnist` (the download is :mod:`calib.data.vision`'s)."""
     folder = find_fashion_mnist(root)
-    if folder is None and download:
-        folder = _download(root / FOLDER)
     if folder is None:
         searched = "\n".join(f"  {f}" for f in _candidates(root))
         raise FileNotFoundError(f"Fashion-MNIST not found: no folder below holds the four files "
                                 f"{', '.join(FASHION_MNIST_FILES)} (.gz or plain).\n{searched}\n{HOW_TO_GET}")
     return (*_read_split(folder, "train"), *_read_split(folder, "t10k"))
-
-
-def _download(folder: Path) -> Path:
-    from torchvision.datasets.utils import download_url
-
-    from .vision import _download_failed
-
-    for name, md5 in _MD5.items():
-        if _file_in(folder, name[:-3]) is None:
-            try:
-                download_url(FASHION_MNIST_URL + name, str(folder), name, md5)
-            except Exception as exc:  # noqa: BLE001 - network errors come in many types
-                raise _download_failed("Fashion-MNIST", FASHION_MNIST_URL + name, folder,
-                                       f"save it as {name} in", exc) from None
-    return folder
-

@@ -183,6 +183,26 @@ def _download_failed(what: str, url: str, where: Path, how: str, exc: BaseExcept
     )
 
 
+def _fashion_mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Fashion-MNIST's four IDX files; with ``download`` missing ones are fetched into
+    ``root/fashion-mnist`` first (only when no searched folder is complete)."""
+    if download and _idx.find_fashion_mnist(root) is None:
+        _download_fashion_mnist(root / _idx.FOLDER)
+    return _idx.fashion_mnist_arrays(root)
+
+
+def _download_fashion_mnist(folder: Path) -> None:
+    from torchvision.datasets.utils import download_url
+
+    for name, md5 in _idx.FASHION_MNIST_MD5.items():
+        if _idx.file_in(folder, name[:-3]) is None:
+            try:
+                download_url(_idx.FASHION_MNIST_URL + name, str(folder), name, md5)
+            except Exception as exc:  # noqa: BLE001 - network errors come in many types
+                raise _download_failed("Fashion-MNIST", _idx.FASHION_MNIST_URL + name, folder,
+                                       f"save it as {name} in", exc) from None
+
+
 def _read_cifar_pickle(path: Path, label_key: bytes) -> tuple[Tensor, Tensor]:
     """One CIFAR python batch: ``b'data'`` (N, 3072) uint8 rows (R, G, B planes) and labels."""
     with open(path, "rb") as fh:
@@ -363,7 +383,7 @@ def _download_tiny(root: Path) -> None:
 
 # --------------------------------------------------------------------------- public
 _READERS: dict[str, Callable[[Path, bool], tuple[Tensor, Tensor, Tensor, Tensor]]] = {
-    "fashion_mnist": lambda root, dl: _idx.fashion_mnist_arrays(root, dl),
+    "fashion_mnist": lambda root, dl: _fashion_mnist(root, dl),
     "cifar10": lambda root, dl: _cifar(root, dl, hundred=False),
     "cifar100": lambda root, dl: _cifar(root, dl, hundred=True),
     "svhn": _svhn,

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..train import rundir
+from ..train import make_trainer, rundir
 from ..train.config import SPLIT_SIZES
 from .grid import _GRID_FIELDS, Cell, SweepError, format_loss_kwargs, grid_cells, parse_loss, parse_method, parse_shard
 from .results import (
@@ -121,14 +121,14 @@ _DATA_CACHE: dict[tuple, Any] = {}
 def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
                  overrides: Mapping[str, Any]) -> Any:
     from ..train.presets import DEFAULT_PRESET
-    from ..train.config import _TOY_DATA, TrainConfig
+    from ..train.config import TOY_DATA, TrainConfig
 
     kw = dict(overrides)
     kw.update(dict(cell.settings))
     kw.update(data=cell.data, model=cell.model, loss=cell.loss, loss_kwargs=cell.kwargs, seed=cell.seed,
               out=str(out / RUNS_DIR / cell.name))
     kw.setdefault("progress", False)
-    if cell.data in _TOY_DATA:  # seconds-long runs: skip the fsyncs (writes stay atomic, so kills are safe)
+    if cell.data in TOY_DATA:  # seconds-long runs: skip the fsyncs (writes stay atomic, so kills are safe)
         kw.setdefault("fsync", False)  # and checkpoint every 5 epochs (a resume replays at most 4)
         kw.setdefault("checkpoint_every", 5)
     return TrainConfig.from_preset(preset or DEFAULT_PRESET.get(cell.data, "cifar"), profile, **kw)
@@ -270,23 +270,8 @@ def diverged(run_dir: str | os.PathLike) -> dict[str, Any] | None:
 
 
 
-def trainer_class(meta: str) -> type:
-    """The trainer for ``TrainConfig.meta``: ``Trainer`` for ``"none"``, else
-    ``calib.meta.MetaTrainer`` (which builds an ``L2MetaTrainer`` for ``"l2_reg"``)."""
-    from ..train import Trainer
-
-    if meta == "none":
-        return Trainer
-    try:
-        from ..train.meta import MetaTrainer
-    except ImportError as exc:
-        raise SweepError(f"meta={meta!r} needs calib.meta.MetaTrainer, which cannot be imported ({exc})") from None
-    return MetaTrainer
-
-
-
 def _run_cell(cfg: Any) -> None:
-    trainer_class(cfg.meta)(cfg, data=_data_for(cfg)).fit(resume=True)
+    make_trainer(cfg, data=_data_for(cfg)).fit(resume=True)
 
 
 
@@ -305,7 +290,7 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
             continue
         seen.add(key)
         try:
-            trainer_class(cfg.meta)(cfg, data=_data_for(cfg))
+            make_trainer(cfg, data=_data_for(cfg))
         except (TypeError, ValueError, FileNotFoundError) as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
 
@@ -479,10 +464,10 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
-    from ..train.progress import TrainingDiverged, _progress_enabled, _tqdm_class
+    from ..train.progress import TrainingDiverged, progress_enabled, tqdm_class
 
-    show = progress and _progress_enabled(None)
-    tqdm = _tqdm_class(show)
+    show = progress and progress_enabled(None)
+    tqdm = tqdm_class(show)
     trained: list[str] = []
     with tqdm(total=len(mine), desc="sweep", unit="run", disable=not show, dynamic_ncols=True,
               file=sys.stderr) as bar:

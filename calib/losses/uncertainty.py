@@ -33,7 +33,7 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from .._checks import ArrayLike, check_labels, check_matrix, check_nonnegative, check_probs, reads_values
+from .._checks import ArrayLike, NonFiniteError, check_labels, check_matrix, check_nonnegative, check_probs, reads_values
 
 __all__ = [
     "SUPPORTS",
@@ -68,7 +68,7 @@ def check_gamma(gamma: Gamma, n: int, name: str = "gamma") -> Gamma:
         if not reads_values(g):  # a per-sample gamma on a GPU: no host sync per step
             return gamma
         if not bool(torch.isfinite(g).all()):
-            raise ValueError(f"{name} contains NaN or inf values")
+            raise NonFiniteError(f"{name} contains NaN or inf values")
         if bool((g < 0).any()):
             raise ValueError(f"{name} must be >= 0, got a minimum of {g.min().item():.4g}")
         return gamma

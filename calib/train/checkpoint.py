@@ -17,10 +17,8 @@ from .config import TrainConfig
 CHECKPOINT_FORMAT = 1
 
 
-
 class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed: unreadable, corrupt, or from a different run."""
-
 
 
 def seed_everything(seed: int) -> None:
@@ -28,7 +26,6 @@ def seed_everything(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
     torch.manual_seed(seed)
-
 
 
 def _rng_state() -> dict[str, Any]:
@@ -47,7 +44,6 @@ def _rng_state() -> dict[str, Any]:
     return state
 
 
-
 def _set_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     n = state["numpy"]
@@ -56,7 +52,6 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     random.setstate((p["version"], tuple(int(v) for v in p["internal"].tolist()), p["gauss"]))
     if "cuda" in state and torch.cuda.is_available() and len(state["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(state["cuda"])
-
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -76,13 +71,11 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     return ckpt
 
 
-
 def _scheduler_state(s: torch.optim.lr_scheduler.LRScheduler) -> dict[str, Any]:
     sd = s.state_dict()
     if isinstance(sd.get("milestones"), Counter):  # Counter is not weights_only-loadable
         sd["milestones"] = dict(sd["milestones"])
     return sd
-
 
 
 def _load_scheduler_state(s: torch.optim.lr_scheduler.LRScheduler, sd: dict[str, Any]) -> None:
@@ -115,8 +108,11 @@ def trainer_state(trainer: Any, *, step: int = 0, sums: Mapping[str, Any] | None
     }
 
 
-def restore(trainer: Any, path: str | os.PathLike) -> None:
-    """Load the checkpoint at ``path`` into ``trainer``, refusing one written by another run."""
+def restore(trainer: Any, path: str | os.PathLike) -> tuple[int, dict[str, float]]:
+    """Load the checkpoint at ``path`` into ``trainer``, refusing one written by another run.
+
+    Returns where in its epoch the checkpoint was taken: the step and the running sums of
+    the epoch's outputs (``(0, {})`` at an epoch's end), for the loop to continue from."""
     t, ckpt = trainer, load_checkpoint(path)
     try:
         saved = TrainConfig.from_json(ckpt["config"]).identity()
@@ -141,7 +137,7 @@ def restore(trainer: Any, path: str | os.PathLike) -> None:
                               f"the number of processes it was written with (now {t.world_size})") from exc
     t.load_extra_state(ckpt.get("extra", {}))
     t.best = dict(ckpt["best"]) if ckpt.get("best") else None
-    t.epoch, t._resume_step = int(ckpt["epoch"]), int(ckpt["step"])
-    t._resume_sums = dict(ckpt["sums"])
+    t.epoch = int(ckpt["epoch"])
     t.history = json.loads(ckpt["history"])
     _set_rng_state(ckpt["rng"])
+    return int(ckpt["step"]), dict(ckpt["sums"])

@@ -20,26 +20,19 @@ from .records import (
 OPTIMIZERS = ("sgd", "adam", "adamw")
 
 
-
 AMP_MODES = ("off", "auto", "bf16", "fp16")
-
 
 
 SELECT_MODES = ("last", "best_val")
 LOSS_REDUCTIONS = ("mean", "sum")
 
 
-
-# PRESETS, PRESET_EPOCHS, DEFAULT_PRESET, PAPER_SEEDS and scaled_milestones live in calib.presets
-# (the papers' protocols as data) and are re-exported here.
 # random crop + flip by default: Mukhoti et al. (2020) App. B for CIFAR; for Tiny-ImageNet the
 # papers are silent (our choice)
 AUGMENTED = ("cifar10", "cifar100", "tiny_imagenet")
 
 
-
-_TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
-
+TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.data.toy: fixed splits, no val_size
 
 
 # Fields that may differ between a checkpoint and the run that resumes it: where and how
@@ -48,7 +41,6 @@ _TOY_DATA = ("digits", "gaussian", "gaussian_overlap")  # offline data of calib.
 SPLIT_SIZES = ("val_size", "train_size", "test_size")
 _RUNTIME_FIELDS = ("out", "device", "progress", "compile", "channels_last", "amp", "eval_batch_size", "fsync",
                    "checkpoint_every")
-
 
 
 @dataclass
@@ -67,10 +59,10 @@ class TrainConfig:
     always computed in float32. ``track`` lists extra splits ("train", "test") evaluated every
     epoch for training-dynamics plots (Mukhoti et al. (2020) §3, Figs. 1-2). ``meta``,
     ``meta_objective`` and
-    ``meta_kwargs`` (gamma-Net settings, see ``calib.meta.META_DEFAULTS``) are read by
-    ``calib.meta.MetaTrainer``.
+    ``meta_kwargs`` (gamma-Net settings, see ``calib.train.meta.META_DEFAULTS``) pick and
+    configure the trainer (``calib.train.TRAINERS``, built by ``calib.train.make_trainer``).
 
-    Protocol settings (see :mod:`calib.presets` for the papers' choices):
+    Protocol settings (see :mod:`calib.train.presets` for the papers' choices):
 
     * ``select``: ``"last"`` keeps the final weights; ``"best_val"`` keeps the weights of the
       epoch with the lowest validation error (first one on ties), as Wang & Golebiowski (2024)
@@ -86,8 +78,8 @@ class TrainConfig:
       ``clip_grad`` nearly every step is clipped. The meta trainers always average.
     * ``clip_grad``: clip the global gradient norm to this value before each optimiser step
       of :meth:`Trainer.train_step` (the authors' code of Lin et al. (2024) and the public
-      focal-loss code clip at 2, and sum the loss over the batch); ``None`` disables it. The gamma-Net meta step of ``calib.meta`` steps its own optimiser.
-    * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.mixup`;
+      focal-loss code clip at 2, and sum the loss over the batch); ``None`` disables it. The gamma-Net meta step of ``calib.train.meta`` steps its own optimiser.
+    * ``mixup_alpha``: train on mixup batches with λ ~ Beta(α, α) (:mod:`calib.train.mixup`;
       Wang & Golebiowski (2024) use α = 1.0); 0 (default) turns mixup off.
     * ``keep_epoch_logits``: save the validation and test logits after every epoch under
       ``epoch_logits/`` (:func:`load_epoch_logits`), e.g. for the post-TS ECE over epochs of
@@ -220,7 +212,7 @@ class TrainConfig:
 
         ``paper`` gives the paper's protocol as far as the paper and the authors' public code fix it; ``colab``/``quick`` cut the epochs (see
         :data:`PRESET_EPOCHS`) and scale the milestones in proportion. Presets (see
-        :mod:`calib.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
+        :mod:`calib.train.presets`): the ``cifar`` and ``tiny_imagenet`` schedules, and the papers'
         protocols ``lin2024``, ``mukhoti2020``, ``wang2024`` and ``wang2021``, which also set
         the temperature fit, model selection and gradient clipping of that paper. Passing ``epochs`` in
         ``overrides`` rescales the milestones to it unless ``milestones`` is passed too.
@@ -233,7 +225,7 @@ class TrainConfig:
         epochs = overrides.pop("epochs", _profile.pick(**PRESET_EPOCHS[preset], profile=prof))
         base.update(epochs=epochs, milestones=scaled_milestones(paper_ms, paper_epochs, epochs))
         base.update(preset=preset, profile=prof)
-        if overrides.get("data") in _TOY_DATA:
+        if overrides.get("data") in TOY_DATA:
             base["val_size"] = None  # the toy datasets come with their own fixed split
         base.update(overrides)
         return cls(**base)
@@ -266,6 +258,13 @@ class TrainConfig:
         return d
 
 
+def check_config(config: Any) -> TrainConfig:
+    """``config`` itself if it is a valid :class:`TrainConfig` (fields may be set after construction)."""
+    if not isinstance(config, TrainConfig):
+        raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
+    config.validate()
+    return config
+
 
 def smoke_config(config: TrainConfig) -> TrainConfig:
     """``config`` capped for smoke mode (``CALIB_SMOKE=1``), or ``config`` itself outside it.
@@ -289,7 +288,6 @@ def smoke_config(config: TrainConfig) -> TrainConfig:
         eval_batch_size=min(config.eval_batch_size, 4 * caps["batch_size"]),
         checkpoint_every=max(config.checkpoint_every, epochs), fsync=False,
     )
-
 
 
 def load_config(run_dir: str | os.PathLike) -> TrainConfig:

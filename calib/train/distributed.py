@@ -1,4 +1,5 @@
-"""Devices and multi-GPU plumbing (DDP under ``torchrun``): short functions the trainer calls.
+"""Devices and multi-GPU plumbing (DDP under ``torchrun``), AMP and deterministic kernels:
+short functions the trainer calls.
 
 Multi-GPU: under ``torchrun`` (``WORLD_SIZE`` > 1) the model is wrapped in
 DistributedDataParallel (NCCL on CUDA, gloo on CPU). Every rank walks the same seeded
@@ -25,7 +26,10 @@ The pieces around the loop live beside it: :mod:`~calib.train.config`, :mod:`~ca
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import sys
+from typing import Iterator
 
 import torch
 from torch import Tensor, nn
@@ -107,3 +111,35 @@ def all_reduce_sum(vec: Tensor, device: torch.device, world_size: int) -> Tensor
     vec = vec.to(device)
     dist.all_reduce(vec)
     return vec.cpu()
+
+
+def amp_dtype(mode: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype for ``TrainConfig.amp`` on ``device``: None off CUDA (a note if asked for)."""
+    if mode == "off":
+        return None
+    if device.type != "cuda":
+        if mode != "auto":
+            print(f"calib.train: amp={mode!r} ignored: autocast is used on CUDA only", file=sys.stderr)
+        return None
+    if mode == "auto":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    return torch.bfloat16 if mode == "bf16" else torch.float16
+
+
+@contextlib.contextmanager
+def deterministic(device: torch.device) -> Iterator[None]:
+    """CPU: deterministic kernels while training (the ledger's numbers re-derive exactly), restored
+    after; CUDA: cuDNN autotuning (fastest kernels, not bit-reproducible)."""
+    prev_det = torch.are_deterministic_algorithms_enabled()
+    prev_fill = torch.utils.deterministic.fill_uninitialized_memory
+    if device.type == "cpu":
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        # NaN-filling each new tensor only detects kernels reading uninitialised memory: +2% a step
+        torch.utils.deterministic.fill_uninitialized_memory = False
+    elif device.type == "cuda":
+        torch.backends.cudnn.benchmark = True
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev_det)
+        torch.utils.deterministic.fill_uninitialized_memory = prev_fill

@@ -38,6 +38,7 @@ __all__ = [
     "EPOCH_LOGITS_DIR",
     "TS_METHODS",
     "atomic_save",
+    "atomic_write_text",
     "load_history",
     "mean_history",
     "load_logits",
@@ -82,7 +83,8 @@ def atomic_save(obj: Any, path: Path, *, durable: bool = True) -> None:
             os.close(fd)
 
 
-def _atomic_write_text(path: Path, text: str) -> None:
+def atomic_write_text(path: Path, text: str) -> None:
+    """Write ``text`` to a temp file beside ``path``, then ``os.replace``: readers see old or new, never half."""
     tmp = path.with_name(f".{path.name}.tmp")
     with _cleaned_up(tmp, path):
         tmp.write_text(text)

@@ -1,120 +1,56 @@
-"""The trainer: the papers' schedules, AMP, checkpoint/resume, progress and run records.
+"""The trainer: one model, one :class:`~calib.train.config.TrainConfig`, one run directory.
 
-One class, :class:`Trainer`, turns a :class:`TrainConfig` into a *run directory*::
+A run directory holds::
 
-    config.json      the configuration (JSON, one object)
-    history.jsonl    one JSON line per epoch: train loss/accuracy,
-                     val accuracy/NLL/ECE, lr, ...
-    logits.pt        val and test logits + labels (a dict of tensors;
-                     torch.load(weights_only=True))
-    metrics.json     calib.metrics.summary on test, before and after
-                     temperature scaling fitted on the validation split,
-                     with the temperature T
-    checkpoint.pt    model, optimiser, scheduler, AMP scaler, RNG and loader
-                     state, written atomically every epoch and on SIGTERM/SIGINT
+    config.json     the configuration (JSON, one object)
+    history.jsonl   one JSON line per epoch: train loss/accuracy, val accuracy/NLL/ECE, lr
+    logits.pt       val and test logits + labels (torch.load(weights_only=True))
+    metrics.json    calib.metrics.summary on test, before and after temperature scaling
+                    fitted on the validation split, with the temperature T
+    checkpoint.pt   model, optimiser, scheduler, AMP scaler, RNG and loader state,
+                    written atomically every epoch and on SIGTERM/SIGINT
 
 Every metric is a pure function of the saved logits, so :func:`evaluate_run` recomputes
-``metrics.json`` without retraining.
+``metrics.json`` without retraining. The papers' schedules are :mod:`calib.train.presets`.
 
-Schedules (Lin et al. (2024) §5 "Training setup"; Mukhoti et al. (2020) App. B): SGD,
-momentum 0.9, weight decay 5e-4,
-batch 128; CIFAR-10/100: learning rate 0.1 divided by 10 at epochs 150 and 250 of 350;
-Tiny-ImageNet: divided at 40 and 60 of 100. :data:`~calib.train.presets.PRESETS` holds them; :meth:`TrainConfig.from_preset`
-scales them to the active profile (``paper`` the paper's stated schedule; ``colab`` and ``quick`` fewer epochs
-with the milestones scaled in proportion, see :data:`PRESET_EPOCHS`).
-
-The trainer is meant to be subclassed (:mod:`calib.train.meta` does): override :meth:`Trainer.train_step`,
-keep extra modules/optimisers in the checkpoint through :meth:`Trainer.extra_state` /
-:meth:`Trainer.load_extra_state`, and add per-epoch numbers through :meth:`Trainer.epoch_extras`.
-
-Multi-GPU (DDP under ``torchrun``): see :mod:`calib.train.distributed`.
+The loop is :meth:`Trainer.fit` (epochs: train, schedule, evaluate, log, checkpoint) around
+:meth:`Trainer.train_step` (forward, loss, backward, clip, step); the bookkeeping beside it
+(resume sums, the NaN/inf flag, signals, progress bars) is :class:`~calib.train.progress.Monitor`.
+Subclasses (:mod:`calib.train.meta`) override :meth:`Trainer.train_step`, keep extra state in
+the checkpoint through :meth:`Trainer.extra_state`/:meth:`Trainer.load_extra_state` and add
+per-epoch numbers through :meth:`Trainer.epoch_extras`. The environment (smoke mode, the FLOP
+ledger) is applied by :func:`calib.train.make_trainer`, not here. Multi-GPU (DDP under
+``torchrun``): :mod:`calib.train.distributed`.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
-import signal
-import sys
-import threading
 import time
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import Tensor, nn
 
-from .. import profile as _profile
-from .._checks import check_labels
-from ..data.splits import smoke_subset
+from .. import data as cdata
+from .. import losses, models
+from .._checks import NonFiniteError, check_labels
 from . import checkpoint, distributed
-from .checkpoint import CheckpointError, load_checkpoint, seed_everything
-from .config import AUGMENTED, SELECT_MODES, SPLIT_SIZES, TrainConfig, load_config, smoke_config
-from .presets import DEFAULT_PRESET, PAPER_SEEDS, PRESET_EPOCHS, PRESETS, scaled_milestones
-from .progress import (
-    _FINITE_CHECK_EVERY,
-    TrainingDiverged,
-    TrainingInterrupted,
-    _note_nonfinite,
-    _progress_enabled,
-    _tqdm_class,
-)
-from .records import (
-    CHECKPOINT_FILE,
-    CONFIG_FILE,
-    EPOCH_LOGITS_DIR,
-    HISTORY_FILE,
-    LOGITS_FILE,
-    METRICS_FILE,
-    _atomic_write_text,
-    atomic_save,
-    compute_metrics,
-    load_epoch_logits,
-    load_history,
-    load_logits,
-    mean_history,
-    split_stats,
-)
-
-__all__ = [
-    "TrainConfig",
-    "Trainer",
-    "PRESETS",
-    "PRESET_EPOCHS",
-    "PAPER_SEEDS",
-    "DEFAULT_PRESET",
-    "SELECT_MODES",
-    "load_epoch_logits",
-    "scaled_milestones",
-    "train",
-    "evaluate_run",
-    "load_logits",
-    "load_history",
-    "mean_history",
-    "load_config",
-    "split_stats",
-    "smoke_config",
-    "load_checkpoint",
-    "seed_everything",
-    "TrainingDiverged",
-    "CheckpointError",
-    "TrainingInterrupted",
-    "CONFIG_FILE",
-    "HISTORY_FILE",
-    "METRICS_FILE",
-    "LOGITS_FILE",
-    "CHECKPOINT_FILE",
-]
+from .checkpoint import seed_everything
+from .config import AUGMENTED, SPLIT_SIZES, TrainConfig, check_config, load_config
+from .mixup import draw_seed, mix_batch
+from .progress import Monitor
+from .records import (CHECKPOINT_FILE, CONFIG_FILE, EPOCH_LOGITS_DIR, HISTORY_FILE, LOGITS_FILE, METRICS_FILE,
+                      atomic_save, atomic_write_text, compute_metrics, load_logits, split_stats)
 
 
-def _check_split_labels(data: Any) -> None:
-    """Labels of every split lie in ``[0, num_classes)``: checked once, not on every step."""
-    for split in ("train", "val", "test"):
-        y = getattr(data, f"{split}_y", None)
-        if isinstance(y, Tensor) and y.numel():
-            check_labels(y, y.shape[0], int(data.num_classes), f"data.{split}_y")
-
+def load_data(config: TrainConfig) -> cdata.Splits:
+    """``calib.data.load`` of ``config.data`` with the config's root, split seed and sizes."""
+    sizes = {name: getattr(config, name) for name in SPLIT_SIZES if getattr(config, name) is not None}
+    return cdata.load(config.data, config.data_root, split_seed=config.split_seed, download=config.download, **sizes)
 
 
 class Trainer:
@@ -122,25 +58,21 @@ class Trainer:
 
     Attributes a subclass can use: ``config``, ``device``, ``data`` (a ``calib.data.Splits``),
     ``model`` (the bare ``nn.Module``: state dict, ``.features``, ``.classifier``), ``net``
-    (what to call in the forward pass: ``model`` wrapped by DDP and/or ``torch.compile``),
+    (what the forward pass calls: ``model`` wrapped by DDP and/or ``torch.compile``),
     ``criterion``, ``optimizer``, ``scheduler``, ``scaler``, ``train_loader``, ``epoch``
     (epochs completed), ``history`` (list of per-epoch dicts), ``rank``/``world_size``.
 
-    ``data`` may be passed to train on a ready ``Splits`` (e.g. a custom toy set) instead of
-    ``calib.data.load(config.data)``; resuming then needs the same data.
+    ``data``: a ready ``Splits`` (e.g. a custom toy set) instead of :func:`load_data`;
+    resuming then needs the same data.
     """
 
-    def __init__(self, config: TrainConfig, *, data: Any | None = None):
-        if not isinstance(config, TrainConfig):
-            raise TypeError(f"config must be a TrainConfig, got {type(config).__name__}")
-        config.validate()
-        requested, self.config = config, smoke_config(config)  # CALIB_SMOKE=1: a few steps
-        config = self.config
+    def __init__(self, config: TrainConfig, *, data: cdata.Splits | None = None):
+        self.config = config = check_config(config)
         self.rank, self.world_size, self.local_rank = distributed.rank_and_world()
         self.device = distributed.pick_device(config.device, self.world_size, self.local_rank)
         distributed.init_process_group(self.device, config.batch_size, self.world_size)
         seed_everything(config.seed)
-        self.data = smoke_subset(data if data is not None else self._load_data())
+        self.data = data if data is not None else load_data(config)
         _check_split_labels(self.data)  # once per dataset, so train_step never syncs to check
         self.num_classes = int(self.data.num_classes)
         self.augment = bool(self.data.image) and (config.augment if config.augment is not None
@@ -152,61 +84,37 @@ class Trainer:
         if config.channels_last:
             self.model = self.model.to(memory_format=torch.channels_last)
         self.net = distributed.wrap(self.model, self.device, self.world_size, config.compile)
-        _profile.record_run(requested, self.model, self.data)  # only with $CALIB_FLOP_LEDGER (calib.runtime)
         self.criterion = self.build_criterion()
         self.optimizer = self.build_optimizer()
         self.scheduler = self.build_scheduler()
-        self.amp_dtype = self._amp_dtype()
+        self.amp_dtype = distributed.amp_dtype(config.amp, self.device)
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.amp_dtype == torch.float16)
         self.train_loader = self.build_loader("train", train=True)
         self.epoch = 0
         self.history: list[dict[str, Any]] = []
-        self._resume_step = 0
-        self._resume_sums: dict[str, float] = {}
-        self._stop_signal: int | None = None
+        self._resume_at: tuple[int, dict[str, float]] = (0, {})  # (step, sums) of a mid-epoch checkpoint
         self._eval_loaders: dict[str, Any] = {}
-        # (logits, labels) per split for the current weights; emptied when they change
-        self._predicted: dict[str, tuple[Tensor, Tensor]] = {}
+        self._predicted: dict[str, tuple[Tensor, Tensor]] = {}  # per split, for the current weights
         self.metrics: dict[str, Any] | None = None
-        # select="best_val": {"epoch", "val_error", "model"} of the best epoch so far
-        self.best: dict[str, Any] | None = None
+        self.best: dict[str, Any] | None = None  # select="best_val": {"epoch", "val_error", "model"}
 
-    # -- construction (override in subclasses) ---------------------------------------
-
-
-
-
-
-    def _load_data(self) -> Any:
-        from .. import data as cdata
-
-        kw: dict[str, Any] = {}
-        for name in SPLIT_SIZES:
-            if getattr(self.config, name) is not None:
-                kw[name] = getattr(self.config, name)
-        return cdata.load(self.config.data, self.config.data_root, split_seed=self.config.split_seed,
-                          download=self.config.download, **kw)
+    # -- construction (override in subclasses) -------------------------------------------
 
     def build_model(self) -> nn.Module:
         """``calib.models.make(config.model, num_classes, **model_kwargs)``; the MLP gets its input size."""
-        from .. import models
-
-        kw = dict(self.config.model_kwargs)
-        shape = tuple(self.data.train_x.shape[1:])
+        kw, shape = dict(self.config.model_kwargs), tuple(self.data.train_x.shape[1:])
         if self.config.model != "mlp" and len(shape) != 3:
             raise ValueError(f"model {self.config.model!r} is a convolutional network and needs images (N, C, H, W), "
                              f"but data {self.config.data!r} holds feature vectors of shape {shape}; "
                              "use model='mlp' (CLI: --model mlp)")
-        if self.config.model == "mlp" and "in_features" not in kw:
-            kw["in_features"] = int(np.prod(shape))
-        elif self.config.model != "mlp" and len(shape) == 3 and "in_channels" not in kw:
-            kw["in_channels"] = int(shape[0])
+        if self.config.model == "mlp":
+            kw.setdefault("in_features", int(np.prod(shape)))
+        else:
+            kw.setdefault("in_channels", int(shape[0]))
         return models.make(self.config.model, self.num_classes, **kw)
 
     def build_criterion(self) -> nn.Module:
         """``calib.losses.make(config.loss, **loss_kwargs)``."""
-        from .. import losses
-
         return losses.make(self.config.loss, **self.config.loss_kwargs)
 
     def build_optimizer(self) -> torch.optim.Optimizer:
@@ -222,33 +130,16 @@ class Trainer:
         return torch.optim.lr_scheduler.MultiStepLR(self.optimizer, list(self.config.milestones),
                                                     gamma=self.config.gamma_lr)
 
-    def build_loader(self, split: str, *, train: bool = False) -> Any:
+    def build_loader(self, split: str, *, train: bool = False) -> cdata.DeviceLoader:
         """A ``calib.data.DeviceLoader`` over one split (training: shuffled, augmented, sharded)."""
-        from ..data import DeviceLoader
-
-        c = self.config
-        x, y = getattr(self.data, f"{split}_x"), getattr(self.data, f"{split}_y")
-        world = self.world_size if train else 1
-        return DeviceLoader(
-            x, y, (c.batch_size // world) if train else c.eval_batch_size, shuffle=train,
+        c, world = self.config, self.world_size if train else 1
+        return cdata.DeviceLoader(
+            getattr(self.data, f"{split}_x"), getattr(self.data, f"{split}_y"),
+            (c.batch_size // world) if train else c.eval_batch_size, shuffle=train,
             augment=train and self.augment, mean=self.data.mean or None, std=self.data.std or None,
             device=self.device, seed=c.seed, channels_last=c.channels_last and bool(self.data.image),
             rank=self.rank if train else 0, world_size=world,
         )
-
-
-
-    def _amp_dtype(self) -> torch.dtype | None:
-        mode = self.config.amp
-        if mode == "off":
-            return None
-        if self.device.type != "cuda":
-            if mode != "auto":
-                print(f"calib.train: amp={mode!r} ignored: autocast is used on CUDA only", file=sys.stderr)
-            return None
-        if mode == "auto":
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.bfloat16 if mode == "bf16" else torch.float16
 
     def autocast(self) -> contextlib.AbstractContextManager:
         """Mixed precision for the forward pass on CUDA (a no-op elsewhere)."""
@@ -256,7 +147,7 @@ class Trainer:
             return contextlib.nullcontext()
         return torch.autocast(device_type="cuda", dtype=self.amp_dtype)
 
-    # -- hooks for subclasses --------------------------------------------------------
+    # -- hooks for subclasses ----------------------------------------------------------------
 
     def extra_state(self) -> dict[str, Any]:
         """Additional state (modules, optimisers) to keep in the checkpoint. Tensors/primitives only."""
@@ -269,29 +160,56 @@ class Trainer:
         """JSON-serialisable numbers merged into each history line."""
         return {}
 
-    # -- one step, one epoch ---------------------------------------------------------
+    # -- the loop ------------------------------------------------------------------------------
+
+    def fit(self, *, resume: bool = False) -> dict[str, Any]:
+        """Train for ``config.epochs`` (continuing a checkpoint when ``resume``); return the metrics.
+
+        Each epoch appends to ``history`` the train loss/accuracy, the learning rate, the
+        validation accuracy/NLL/ECE (plus tracked splits), the last layer's weight norm and
+        :meth:`epoch_extras`, then writes a checkpoint. At the end the val/test logits are
+        saved and :func:`evaluate_run` writes ``metrics.json``.
+        """
+        self._prepare_out(resume)
+        c, (step, sums) = self.config, self._resume_at
+        with distributed.deterministic(self.device), Monitor(self, step, sums) as monitor:
+            while self.epoch < c.epochs:
+                t0, lr = time.perf_counter(), self.optimizer.param_groups[0]["lr"]
+                self._predicted.clear()  # the weights are about to change
+                for x, y in monitor.batches(self.train_loader):
+                    try:
+                        out = self.train_step(x, y)
+                    except NonFiniteError as exc:  # the loss refused NaN/inf logits: the weights diverged
+                        raise monitor.diverged() from exc
+                    monitor.record(out, y.shape[0])
+                train_stats = monitor.epoch_means()
+                self.scheduler.step()
+                line = self._epoch_line(lr, train_stats, time.perf_counter() - t0)
+                self.epoch += 1
+                self._update_best(line)
+                self._append_history(line)
+                if c.keep_epoch_logits:
+                    self._save_epoch_logits()
+                if self.epoch % c.checkpoint_every == 0 or self.epoch == c.epochs:
+                    self.save_checkpoint()
+                monitor.epoch_done(line)
+        self._resume_at = (0, {})
+        self.metrics = self.finish()
+        return self.metrics
 
     def train_step(self, x: Tensor, y: Tensor) -> dict[str, Tensor | float]:
-        """One optimiser step on a batch; returns the batch's loss and accuracy.
+        """One optimiser step on a batch; returns the batch's loss and accuracy (0-d tensors).
 
-        Values are 0-d tensors (floats are accepted from subclasses): :meth:`fit` averages them
-        over the epoch and converts to float once per epoch, so a GPU never waits on the host.
-        The forward pass runs under autocast; the loss is computed in float32. A batch on
-        another device is moved to the trainer's (a no-op for the loaders' batches).
-
-        ``config.loss_reduction="sum"`` differentiates the batch *sum* of the loss, as the
-        authors' code of Lin et al. (2024) and Mukhoti et al. (2020) does by default: every
-        calib loss has ``sum == N · mean``, so the mean is scaled by the batch size (and by
-        the number of processes under DDP, which averages gradients over ranks). The
-        reported ``loss`` stays the per-sample mean either way.
+        :class:`~calib.train.progress.Monitor` averages the outputs over the epoch on the
+        device, so a GPU never waits on the host. The forward pass runs under autocast, the
+        loss in float32. ``config.loss_reduction="sum"`` differentiates the batch *sum*, as
+        the authors' code of Lin et al. (2024) and Mukhoti et al. (2020) does: every calib
+        loss has ``sum == N · mean``, so the mean is scaled by the global batch size (DDP
+        averages gradients over ranks). The reported ``loss`` is the per-sample mean either way.
         """
         x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
         self.net.train()
-        mixed = None
-        if self.config.mixup_alpha > 0:  # mixup (Zhang et al. 2018): calib.mixup
-            from .mixup import draw_seed, mix_batch
-
-            mixed = mix_batch(x, y, self.config.mixup_alpha, seed=draw_seed())
+        mixed = mix_batch(x, y, self.config.mixup_alpha, seed=draw_seed()) if self.config.mixup_alpha > 0 else None
         with self.autocast():
             logits = self.net(x if mixed is None else mixed.x)
         loss = self.criterion(logits.float(), y) if mixed is None else mixed.loss(self.criterion, logits.float())
@@ -310,241 +228,11 @@ class Trainer:
     def clip_gradients(self) -> Tensor:
         """Clip the global L2 norm of the gradients to ``config.clip_grad``; return the norm before.
 
-        ``||g|| > c`` rescales every gradient by ``c / ||g||`` (``torch.nn.utils.clip_grad_norm_``),
-        as the training loop of Mukhoti et al. (2020) does with c = 2. Under fp16 AMP the
+        As the training loop of Mukhoti et al. (2020) does with c = 2. Under fp16 AMP the
         gradients are unscaled first, so the bound applies to the true gradient.
         """
         self.scaler.unscale_(self.optimizer)
         return torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.config.clip_grad)).detach()
-
-    def _train_epoch(self, bar: Any) -> dict[str, float]:
-        # a checkpoint taken mid-epoch restores the loader's position and the partial sums
-        sums: dict[str, Any] = dict(self._resume_sums)
-        start, self._resume_step, self._resume_sums = self._resume_step, 0, {}
-        if bar is not None:
-            bar.update(start)
-        first_bad = None  # device tensor: the first step whose loss was not finite (-1: none)
-        for i, (x, y) in enumerate(self.train_loader, start=start):
-            try:
-                out = self.train_step(x, y)
-            except ValueError as exc:  # the loss refused NaN/inf logits: the weights diverged
-                if "NaN or inf" not in str(exc):
-                    raise
-                self._check_finite(first_bad)  # an earlier non-finite loss is the first bad step
-                self._check_finite(torch.tensor(i))
-            first_bad = _note_nonfinite(first_bad, out.get("loss"), i)
-            if first_bad is not None and (i + 1) % _FINITE_CHECK_EVERY == 0:
-                self._check_finite(first_bad)
-            n = y.shape[0]
-            sums["_n"] = sums.get("_n", 0) + n
-            for k, v in out.items():
-                sums[k] = sums.get(k, 0.0) + (v.detach() if isinstance(v, Tensor) else v) * n
-            if bar is not None:
-                bar.update(1)
-            if self._stop_signal is not None:
-                self._check_finite(first_bad)  # never checkpoint NaN weights
-                self._interrupt(step=i + 1, sums=sums)
-        self._check_finite(first_bad)
-        return self._reduce_epoch(sums)
-
-    def _check_finite(self, first_bad: Tensor | None) -> None:
-        """Raise :class:`TrainingDiverged` if a step's loss was NaN/inf (one host sync)."""
-        if first_bad is None or int(first_bad) < 0:
-            return
-        path = self.out / CHECKPOINT_FILE if self.out is not None else None
-        raise TrainingDiverged(self.epoch + 1, int(first_bad) + 1, self.optimizer.param_groups[0]["lr"], path)
-
-    def _reduce_epoch(self, sums: dict[str, Any]) -> dict[str, float]:
-        keys = sorted(k for k in sums if k != "_n")
-        vec = torch.tensor([float(sums[k]) for k in keys] + [float(sums.get("_n", 0))], dtype=torch.float64)
-        vec = distributed.all_reduce_sum(vec, self.device, self.world_size)
-        n = max(vec[-1].item(), 1.0)
-        return {f"train_{k}": vec[i].item() / n for i, k in enumerate(keys)}
-
-    # -- evaluation --------------------------------------------------------------------
-
-    @torch.no_grad()
-    def predict(self, split: str, *, data: Any | None = None) -> tuple[Tensor, Tensor]:
-        """Float32 logits and labels of a whole split ("train", "val" or "test"), on CPU.
-
-        ``data``: other :class:`calib.data.Splits` of the same dataset to predict on (e.g.
-        the full test set after training tracked a subset), normalised as the run's own.
-        """
-        if split not in ("train", "val", "test"):
-            raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
-        self.model.eval()
-        if data is not None:
-            own, self.data = self.data, data
-            try:
-                loader = self.build_loader(split)
-            finally:
-                self.data = own
-        else:
-            if split not in self._eval_loaders:
-                self._eval_loaders[split] = self.build_loader(split)
-            loader = self._eval_loaders[split]
-        outs, labels = [], []
-        for x, y in loader:
-            with self.autocast():
-                outs.append(self.model(x).float())
-            labels.append(y)
-        return torch.cat(outs).cpu(), torch.cat(labels).cpu().long()
-
-    def evaluate(self, split: str = "val") -> dict[str, float | None]:
-        """:func:`split_stats` of one split: accuracy, NLL, ECE, correct/wrong NLL and entropy."""
-        return split_stats(*self.predict(split), n_bins=self.config.n_bins)
-
-    def _predictions(self, split: str) -> tuple[Tensor, Tensor]:
-        """:meth:`predict`, computed once for the weights of the epoch just trained."""
-        if split not in self._predicted:
-            self._predicted[split] = self.predict(split)
-        return self._predicted[split]
-
-    def classifier_norm(self) -> float | None:
-        """Frobenius norm of the last linear layer's weights (Mukhoti et al. (2020) Fig. 2e); None if none."""
-        head = getattr(self.model, "classifier", None)
-        if not isinstance(head, nn.Linear):
-            return None
-        return float(head.weight.detach().norm())
-
-    # -- run directory -----------------------------------------------------------------
-
-    @property
-    def out(self) -> Path | None:
-        return Path(self.config.out) if self.config.out else None
-
-    @property
-    def is_main(self) -> bool:
-        return self.rank == 0
-
-    def checkpoint_state(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Everything needed to continue exactly (:func:`calib.train.checkpoint.trainer_state`)."""
-        return checkpoint.trainer_state(self, step=step, sums=sums)
-
-    def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
-        if self.out is None:
-            return None
-        path = self.out / CHECKPOINT_FILE
-        if self.is_main:
-            atomic_save(self.checkpoint_state(step=step, sums=sums), path, durable=self.config.fsync)
-        distributed.barrier(self.world_size)
-        return path
-
-    def load_checkpoint(self, path: str | os.PathLike) -> None:
-        """Restore a checkpoint written by :meth:`save_checkpoint` (refusing another run's)."""
-        checkpoint.restore(self, path)
-        self._predicted.clear()
-
-    def _prepare_out(self, resume: bool) -> None:
-        out = self.out
-        if out is None:
-            if resume:
-                raise ValueError("resume=True needs config.out (the run directory)")
-            return
-        ckpt = out / CHECKPOINT_FILE
-        if ckpt.exists() and not resume:
-            raise FileExistsError(f"{out} already holds a checkpoint; pass resume=True (CLI: --resume) "
-                                  "to continue it, or choose another out")
-        if self.is_main:
-            out.mkdir(parents=True, exist_ok=True)
-            with contextlib.suppress(FileNotFoundError):  # left by a run killed while writing
-                (out / f".{CHECKPOINT_FILE}.tmp").unlink()
-        distributed.barrier(self.world_size)
-        if resume and ckpt.exists():
-            self.load_checkpoint(ckpt)
-        if self.is_main:
-            _atomic_write_text(out / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
-            # the history file always mirrors the checkpoint (a killed run may have written past it)
-            _atomic_write_text(out / HISTORY_FILE, "".join(json.dumps(h) + "\n" for h in self.history))
-
-    def _append_history(self, line: dict[str, Any]) -> None:
-        self.history.append(line)
-        if self.out is not None and self.is_main:
-            with open(self.out / HISTORY_FILE, "a") as fh:
-                fh.write(json.dumps(line) + "\n")
-
-    # -- signals -----------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        """On SIGTERM/SIGINT finish the current step, checkpoint, then raise TrainingInterrupted."""
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum: int, frame: Any) -> None:
-            self._stop_signal = signum
-
-        old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in old.items():
-                signal.signal(s, h)
-
-    def _interrupt(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> None:
-        signum, self._stop_signal = self._stop_signal, None
-        path = self.save_checkpoint(step=step, sums=sums)
-        raise TrainingInterrupted(signum or signal.SIGINT, path)
-
-    # -- the loop ----------------------------------------------------------------------
-
-    def fit(self, *, resume: bool = False) -> dict[str, Any]:
-        """Train for ``config.epochs`` (continuing a checkpoint when ``resume``); return the metrics.
-
-        Each epoch appends to ``history`` the train loss/accuracy, the learning rate, the
-        validation accuracy/NLL/ECE (plus tracked splits), the last layer's weight norm and
-        :meth:`epoch_extras`, then writes a checkpoint. At the end the val/test logits are
-        saved and :func:`evaluate_run` writes ``metrics.json``.
-        """
-        self._prepare_out(resume)
-        prev_det = torch.are_deterministic_algorithms_enabled()
-        prev_fill = torch.utils.deterministic.fill_uninitialized_memory
-        if self.device.type == "cpu":
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            # without NaN-filling each new tensor (only a detector of kernels reading uninitialised memory): +2% a step
-            torch.utils.deterministic.fill_uninitialized_memory = False
-        elif self.device.type == "cuda":
-            torch.backends.cudnn.benchmark = True
-        try:
-            with self._signals():
-                self._run_epochs()
-        finally:
-            torch.use_deterministic_algorithms(prev_det)
-            torch.utils.deterministic.fill_uninitialized_memory = prev_fill
-        self.metrics = self.finish()
-        return self.metrics
-
-    def _run_epochs(self) -> None:
-        c = self.config
-        show = _progress_enabled(c.progress) and self.is_main
-        tqdm = _tqdm_class(show)
-        ebar = tqdm(total=c.epochs, initial=self.epoch, desc=f"{c.model}/{c.loss}", unit="ep",
-                    disable=not show, dynamic_ncols=True)
-        try:
-            while self.epoch < c.epochs:
-                if self._stop_signal is not None:
-                    self._interrupt()
-                t0 = time.perf_counter()
-                self._predicted.clear()  # the weights are about to change
-                lr = self.optimizer.param_groups[0]["lr"]
-                with tqdm(total=len(self.train_loader), leave=False, disable=not show, mininterval=1.0,
-                          desc=f"epoch {self.epoch + 1}", dynamic_ncols=True) as bbar:
-                    train_stats = self._train_epoch(bbar)
-                self.scheduler.step()
-                line = self._epoch_line(lr, train_stats, time.perf_counter() - t0)
-                self.epoch += 1
-                self._update_best(line)
-                self._append_history(line)
-                if c.keep_epoch_logits:
-                    self._save_epoch_logits()
-                if self.epoch % c.checkpoint_every == 0 or self.epoch == c.epochs:
-                    self.save_checkpoint()
-                ebar.update(1)
-                ebar.set_postfix(loss=f"{line['train_loss']:.3f}", val_acc=f"{line['val_acc']:.3f}",
-                                 val_nll=f"{line['val_nll']:.3f}", val_ece=f"{line['val_ece']:.3f}")
-        finally:
-            ebar.close()
 
     def _epoch_line(self, lr: float, train_stats: dict[str, float], seconds: float) -> dict[str, Any]:
         line: dict[str, Any] = {"epoch": self.epoch + 1, "lr": lr, **train_stats}
@@ -571,6 +259,114 @@ class Trainer:
         if self.config.select == "best_val" and self.best is not None:
             return int(self.best["epoch"])
         return self.epoch
+
+    # -- evaluation ------------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def predict(self, split: str, *, data: cdata.Splits | None = None) -> tuple[Tensor, Tensor]:
+        """Float32 logits and labels of a whole split ("train", "val" or "test"), on CPU.
+
+        ``data``: other :class:`calib.data.Splits` of the same dataset to predict on (e.g.
+        the full test set after training tracked a subset), normalised as the run's own.
+        """
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split must be 'train', 'val' or 'test', got {split!r}")
+        self.model.eval()
+        if data is not None:
+            own, self.data = self.data, data
+            try:
+                loader = self.build_loader(split)
+            finally:
+                self.data = own
+        else:
+            loader = self.eval_loader(split)
+        outs, labels = [], []
+        for x, y in loader:
+            with self.autocast():
+                outs.append(self.model(x).float())
+            labels.append(y)
+        return torch.cat(outs).cpu(), torch.cat(labels).cpu().long()
+
+    def eval_loader(self, split: str) -> cdata.DeviceLoader:
+        """The unshuffled loader of ``split``, built once."""
+        if split not in self._eval_loaders:
+            self._eval_loaders[split] = self.build_loader(split)
+        return self._eval_loaders[split]
+
+    def evaluate(self, split: str = "val") -> dict[str, float | None]:
+        """:func:`split_stats` of one split: accuracy, NLL, ECE, correct/wrong NLL and entropy."""
+        return split_stats(*self.predict(split), n_bins=self.config.n_bins)
+
+    def _predictions(self, split: str) -> tuple[Tensor, Tensor]:
+        """:meth:`predict`, computed once for the weights of the epoch just trained."""
+        if split not in self._predicted:
+            self._predicted[split] = self.predict(split)
+        return self._predicted[split]
+
+    def classifier_norm(self) -> float | None:
+        """Frobenius norm of the last linear layer's weights (Mukhoti et al. (2020) Fig. 2e); None if none."""
+        head = getattr(self.model, "classifier", None)
+        return float(head.weight.detach().norm()) if isinstance(head, nn.Linear) else None
+
+    # -- run directory -----------------------------------------------------------------------------
+
+    @property
+    def out(self) -> Path | None:
+        return Path(self.config.out) if self.config.out else None
+
+    @property
+    def checkpoint_path(self) -> Path | None:
+        return self.out / CHECKPOINT_FILE if self.out is not None else None
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def checkpoint_state(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Everything needed to continue exactly (:func:`calib.train.checkpoint.trainer_state`)."""
+        return checkpoint.trainer_state(self, step=step, sums=sums)
+
+    def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None:
+        """Write the checkpoint atomically (rank 0); ``step``/``sums`` locate a mid-epoch stop."""
+        path = self.checkpoint_path
+        if path is None:
+            return None
+        if self.is_main:
+            atomic_save(self.checkpoint_state(step=step, sums=sums), path, durable=self.config.fsync)
+        distributed.barrier(self.world_size)
+        return path
+
+    def load_checkpoint(self, path: str | os.PathLike) -> None:
+        """Restore a checkpoint written by :meth:`save_checkpoint` (refusing another run's)."""
+        self._resume_at = checkpoint.restore(self, path)
+        self._predicted.clear()
+
+    def _prepare_out(self, resume: bool) -> None:
+        out, ckpt = self.out, self.checkpoint_path
+        if out is None or ckpt is None:
+            if resume:
+                raise ValueError("resume=True needs config.out (the run directory)")
+            return
+        if ckpt.exists() and not resume:
+            raise FileExistsError(f"{out} already holds a checkpoint; pass resume=True (CLI: --resume) "
+                                  "to continue it, or choose another out")
+        if self.is_main:
+            out.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):  # left by a run killed while writing
+                (out / f".{CHECKPOINT_FILE}.tmp").unlink()
+        distributed.barrier(self.world_size)
+        if resume and ckpt.exists():
+            self.load_checkpoint(ckpt)
+        if self.is_main:
+            atomic_write_text(out / CONFIG_FILE, json.dumps(self.config.to_dict(), indent=2, sort_keys=True) + "\n")
+            # the history file always mirrors the checkpoint (a killed run may have written past it)
+            atomic_write_text(out / HISTORY_FILE, "".join(json.dumps(h) + "\n" for h in self.history))
+
+    def _append_history(self, line: dict[str, Any]) -> None:
+        self.history.append(line)
+        if self.out is not None and self.is_main:
+            with open(self.out / HISTORY_FILE, "a") as fh:
+                fh.write(json.dumps(line) + "\n")
 
     def _save_epoch_logits(self) -> None:
         if self.out is None:
@@ -607,6 +403,13 @@ class Trainer:
         return metrics if self.is_main else json.loads((self.out / METRICS_FILE).read_text())
 
 
+def _check_split_labels(data: cdata.Splits) -> None:
+    """Labels of every split lie in ``[0, num_classes)``: checked once, not on every step."""
+    for split in ("train", "val", "test"):
+        y = getattr(data, f"{split}_y", None)
+        if isinstance(y, Tensor) and y.numel():
+            check_labels(y, y.shape[0], int(data.num_classes), f"data.{split}_y")
+
 
 def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_method: str | None = None,
                  ts_grid_step: float | None = None) -> dict[str, Any]:
@@ -620,13 +423,5 @@ def evaluate_run(run_dir: str | os.PathLike, *, n_bins: int | None = None, ts_me
     cfg = load_config(run_dir)
     metrics = compute_metrics(load_logits(run_dir), n_bins=n_bins or cfg.n_bins, ts_method=ts_method or cfg.ts_method,
                               ts_grid_step=ts_grid_step or cfg.ts_grid_step, select=cfg.select)
-    _atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    atomic_write_text(run_dir / METRICS_FILE, json.dumps(metrics, indent=2, sort_keys=True) + "\n")
     return metrics
-
-
-
-def train(config: TrainConfig, *, resume: bool = False, data: Any | None = None) -> Trainer:
-    """Build a :class:`Trainer`, run :meth:`Trainer.fit` and return the trainer."""
-    trainer = Trainer(config, data=data)
-    trainer.fit(resume=resume)
-    return trainer

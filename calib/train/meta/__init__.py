@@ -67,8 +67,11 @@ meta-gradient flows through the accuracies as well as the confidences.
 The objective may be swapped: ``objective="dece"`` gives Wang & Golebiowski (2024)'s FL_gamma-DECE baseline
 (Bohdal et al.'s differentiable ECE in place of SECE).
 
-Modules: ``gamma_net`` (the gamma-Net, objectives, look-ahead and hypergradient), ``trainer``
-(:class:`MetaTrainer`) and ``l2`` (the meta-learned L2 baselines, :class:`L2MetaTrainer`).
+Modules: ``gamma_net`` (the gamma-Net, objectives, look-ahead and hypergradient), ``base``
+(:class:`MetaLearningTrainer`, what both trainers share: the meta split and loader, settings,
+checkpointed meta state), ``trainer`` (:class:`MetaTrainer`, ``meta="gamma_net"``) and ``l2``
+(the meta-learned L2 baselines, :class:`L2MetaTrainer`, ``meta="l2_reg"``).
+:func:`calib.train.make_trainer` picks between them by ``TrainConfig.meta``.
 """
 from .gamma_net import (
     OBJECTIVES,
@@ -84,7 +87,8 @@ from .gamma_net import (
     meta_step,
     split_811,
 )
+from .base import MetaLearningTrainer, carve_meta_split
 from .l2 import L2_DEFAULTS, L2MetaTrainer, l2_hypergradient, l2_meta_step, l2_penalty
 from .trainer import META_DEFAULTS, MetaTrainer
 
-__all__ = ["L2MetaTrainer", "L2_DEFAULTS", "l2_penalty", "l2_hypergradient", "l2_meta_step", "TAU", "OBJECTIVES", "gamma_from_features", "GammaNet", "meta_objective", "lookahead", "hypergradient", "check_hypergradient", "TinyBackbone", "meta_step", "split_811", "meta_split", "MetaTrainer", "META_DEFAULTS"]
+__all__ = ["MetaLearningTrainer", "carve_meta_split", "L2MetaTrainer", "L2_DEFAULTS", "l2_penalty", "l2_hypergradient", "l2_meta_step", "TAU", "OBJECTIVES", "gamma_from_features", "GammaNet", "meta_objective", "lookahead", "hypergradient", "check_hypergradient", "TinyBackbone", "meta_step", "split_811", "meta_split", "MetaTrainer", "META_DEFAULTS"]

@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
-from ..._checks import as_tensor, check_labels, check_nonnegative, check_positive_int, reads_values
+from ..._checks import NonFiniteError, as_tensor, check_labels, check_nonnegative, check_positive_int, reads_values
 
 if TYPE_CHECKING:
     pass
@@ -18,13 +18,10 @@ if TYPE_CHECKING:
 TAU = 0.01
 
 
-
 OBJECTIVES = ("sece", "dece")
 
 
-
 Order = Literal["second", "first"]
-
 
 
 # --------------------------------------------------------------------------- gamma-Net
@@ -49,7 +46,7 @@ def gamma_from_features(features: Tensor, A: Tensor, W: Tensor, tau: float = TAU
     if x.ndim != 2 or x.shape[0] == 0:
         raise ValueError(f"features must have shape (b, d) with b >= 1, got {tuple(x.shape)}")
     if reads_values(x) and not bool(torch.isfinite(x).all()):  # no host sync per step on a GPU
-        raise ValueError("features contains NaN or inf values")
+        raise NonFiniteError("features contains NaN or inf values")
     if A.ndim != 2 or A.shape[0] != x.shape[1]:
         raise ValueError(f"A must have shape (d, k) = ({x.shape[1]}, k), got {tuple(A.shape)}")
     if W.shape != (x.shape[1], 1):
@@ -59,7 +56,6 @@ def gamma_from_features(features: Tensor, A: Tensor, W: Tensor, tau: float = TAU
     p = torch.softmax(x @ A, dim=1)
     x_tilde = p @ A.T
     return (x_tilde @ W).abs().squeeze(1) / tau
-
 
 
 class GammaNet(nn.Module):
@@ -116,7 +112,6 @@ class GammaNet(nn.Module):
         return f"in_features={self.in_features}, num_heads={self.num_heads}, tau={self.tau}"
 
 
-
 # --------------------------------------------------------------------------- objectives
 def meta_objective(logits: Tensor, labels: Tensor, objective: str = "sece", *, bandwidth: float = 0.01) -> Tensor:
     """The differentiable calibration error the gamma-Net minimises (Wang & Golebiowski (2024), §4.2-4.3).
@@ -136,16 +131,15 @@ def meta_objective(logits: Tensor, labels: Tensor, objective: str = "sece", *, b
     return dece_loss(logits, labels)
 
 
-
 def _focal(logits: Tensor, labels: Tensor, gamma: Tensor) -> Tensor:
     from ...losses import focal_loss
 
     return focal_loss(logits, labels, gamma=gamma, reduction="mean")
 
 
-
 # --------------------------------------------------------------------------- look-ahead
-def _check_backbone(model: nn.Module) -> None:
+def check_backbone(model: nn.Module) -> None:
+    """A backbone the look-ahead can split: ``.features(x)`` and a ``.classifier`` module."""
     if not (hasattr(model, "features") and isinstance(getattr(model, "classifier", None), nn.Module)):
         raise TypeError(
             "model must expose .features(x) -> (B, d) and a .classifier module "
@@ -153,22 +147,21 @@ def _check_backbone(model: nn.Module) -> None:
         )
 
 
-
-def _check_batch(x: Tensor, y: Tensor, num_classes: int, xname: str, yname: str) -> Tensor:
+def check_batch(x: Tensor, y: Tensor, num_classes: int, xname: str, yname: str) -> Tensor:
+    """A non-empty, finite batch ``x`` and its labels as a long tensor on ``x``'s device."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{xname} must be a torch.Tensor, got {type(x).__name__}")
     if x.shape[0] == 0:
         raise ValueError(f"{xname} is empty")
     if x.is_floating_point() and reads_values(x) and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{xname} contains NaN or inf values")
+        raise NonFiniteError(f"{xname} contains NaN or inf values")
     return check_labels(as_tensor(y, yname).to(x.device), x.shape[0], num_classes, yname, per_step=True)
 
 
-
-def _check_order(order: str) -> None:
+def check_order(order: str) -> None:
+    """The hypergradient order: ``"second"`` (exact) or ``"first"`` (finite difference)."""
     if order not in ("second", "first"):
         raise ValueError(f"order must be 'second' (exact) or 'first' (finite difference), got {order!r}")
-
 
 
 def lookahead(params: dict[str, Tensor], grads: Sequence[Tensor], lr: float) -> dict[str, Tensor]:
@@ -180,11 +173,9 @@ def lookahead(params: dict[str, Tensor], grads: Sequence[Tensor], lr: float) -> 
     return {name: p - lr * g for (name, p), g in zip(params.items(), grads)}
 
 
-
-def _buffers(model: nn.Module) -> dict[str, Tensor]:
+def buffer_copies(model: nn.Module) -> dict[str, Tensor]:
     """Copies of the buffers, so a functional forward cannot move the running statistics."""
     return {name: b.clone() for name, b in model.named_buffers()}
-
 
 
 def _forward_inner(model: nn.Module, gamma_net: nn.Module, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
@@ -193,7 +184,6 @@ def _forward_inner(model: nn.Module, gamma_net: nn.Module, x: Tensor) -> tuple[T
     logits = model.classifier(features)
     gamma = gamma_net(features.detach())
     return logits, gamma, features.detach()
-
 
 
 def hypergradient(
@@ -228,15 +218,15 @@ def hypergradient(
     ``(b,)``), ``logits`` (the training-batch logits at theta, still attached to the
     backbone's graph so the caller can reuse them) and ``features`` (detached).
     """
-    _check_backbone(model)
-    _check_order(order)
+    check_backbone(model)
+    check_order(order)
     if not math.isfinite(fd_eps) or fd_eps <= 0:
         raise ValueError(f"fd_eps must be a finite number > 0, got {fd_eps}")
     num_classes = model.classifier.out_features if hasattr(model.classifier, "out_features") else None
     if num_classes is None:
         raise TypeError("model.classifier must be an nn.Linear (it needs .out_features)")
-    y = _check_batch(x, y, num_classes, "x", "y")
-    y_meta = _check_batch(x_meta, y_meta, num_classes, "x_meta", "y_meta")
+    y = check_batch(x, y, num_classes, "x", "y")
+    y_meta = check_batch(x_meta, y_meta, num_classes, "x_meta", "y_meta")
     trainable = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     phi = [p for p in gamma_net.parameters() if p.requires_grad]
     if not trainable or not phi:
@@ -252,7 +242,7 @@ def hypergradient(
         fast = lookahead(params, g, lr)
     else:
         fast = {n: t.detach().requires_grad_() for n, t in lookahead(params, g, lr).items()}
-    meta_logits = functional_call(model, {**fast, **_buffers(model)}, (x_meta,))
+    meta_logits = functional_call(model, {**fast, **buffer_copies(model)}, (x_meta,))
     meta = meta_objective(meta_logits, y_meta, objective, bandwidth=bandwidth)
     if second:
         grads = torch.autograd.grad(meta, phi, retain_graph=True, allow_unused=True)
@@ -269,7 +259,6 @@ def hypergradient(
         "logits": logits,
         "features": features,
     }
-
 
 
 def _finite_difference(
@@ -291,12 +280,11 @@ def _finite_difference(
     with torch.no_grad():
         plus = {n: p + eps * t for (n, p), t in zip(params.items(), v)}
         minus = {n: p - eps * t for (n, p), t in zip(params.items(), v)}
-        logits_plus = functional_call(model, {**plus, **_buffers(model)}, (x,))
-        logits_minus = functional_call(model, {**minus, **_buffers(model)}, (x,))
+        logits_plus = functional_call(model, {**plus, **buffer_copies(model)}, (x,))
+        logits_minus = functional_call(model, {**minus, **buffer_copies(model)}, (x,))
     diff = _focal(logits_plus, y, gamma) - _focal(logits_minus, y, gamma)
     grads = torch.autograd.grad(diff, phi, allow_unused=True)
     return tuple(None if gr is None else -lr * gr / (2 * eps) for gr in grads)
-
 
 
 class TinyBackbone(nn.Module):
@@ -426,7 +414,6 @@ def meta_step(
     }
 
 
-
 # --------------------------------------------------------------------------- 8:1:1 split
 def split_811(n: int, *, seed: int = 0, fractions: tuple[float, float, float] = (0.8, 0.1, 0.1)) -> tuple[Tensor, Tensor, Tensor]:
     """Indices of a seeded random train / validation / meta-validation split (Wang & Golebiowski (2024), §5: 8:1:1).
@@ -444,7 +431,6 @@ def split_811(n: int, *, seed: int = 0, fractions: tuple[float, float, float] = 
         raise ValueError(f"n = {n} is too small for a three-way split")
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
     return perm[: n - n_val - n_meta], perm[n - n_val - n_meta : n - n_meta], perm[n - n_meta :]
-
 
 
 def meta_split(x: Tensor, y: Tensor, *, seed: int = 0) -> tuple[tuple[Tensor, Tensor], tuple[Tensor, Tensor], tuple[Tensor, Tensor]]:

@@ -4,24 +4,19 @@ meta-calibration)."""
 from __future__ import annotations
 
 import math
-import os
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import Any, ClassVar, Sequence
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
 from ..._checks import as_tensor, check_nonnegative, check_positive
-from ..trainer import CheckpointError, TrainConfig, Trainer
+from ..checkpoint import CheckpointError
+from ..config import TrainConfig
+from .base import MetaLearningTrainer
+from .gamma_net import buffer_copies, check_backbone, check_batch, meta_objective
 
-if TYPE_CHECKING:
-    from ...data import Splits
-from .gamma_net import _buffers, _check_backbone, _check_batch, meta_objective
-from .trainer import MetaTrainer, _carve_meta_split, _check_meta_config, _check_saved_settings
-
-# --------------------------------------------------------------------------- meta-calibration baseline
 L2_DEFAULTS: dict[str, Any] = {"meta_lr": 1e-3, "bandwidth": 0.01, "calib_weight": 0.5}
-
 
 
 def l2_penalty(params: Sequence[Tensor], coefs: Sequence[Tensor]) -> Tensor:
@@ -36,7 +31,6 @@ def l2_penalty(params: Sequence[Tensor], coefs: Sequence[Tensor]) -> Tensor:
     return total
 
 
-
 class _FeaturesOf(nn.Module):
     """``model.features`` as a module's forward, for :func:`torch.func.functional_call`."""
 
@@ -48,7 +42,6 @@ class _FeaturesOf(nn.Module):
         return self.model.features(x)
 
 
-
 def _meta_features(model: nn.Module, x: Tensor) -> Tensor:
     """Backbone features of the meta batch at theta, without moving the BatchNorm statistics.
 
@@ -57,10 +50,9 @@ def _meta_features(model: nn.Module, x: Tensor) -> Tensor:
     write (even one restoring the old values) would bump their version and break that
     backward on any BatchNorm network.
     """
-    buffers = {f"model.{name}": b for name, b in _buffers(model).items()}
+    buffers = {f"model.{name}": b for name, b in buffer_copies(model).items()}
     with torch.no_grad():
         return functional_call(_FeaturesOf(model), buffers, (x,))
-
 
 
 def l2_hypergradient(
@@ -90,12 +82,12 @@ def l2_hypergradient(
     Returns a dict with ``grads`` (one tensor per coefficient tensor), ``meta_loss`` (0-dim,
     detached) and ``logits`` (training-batch logits at θ, attached to the backbone's graph).
     """
-    _check_backbone(model)
+    check_backbone(model)
     classifier = model.classifier
     if not isinstance(classifier, nn.Linear):
         raise TypeError("model.classifier must be an nn.Linear")
-    y = _check_batch(x, y, classifier.out_features, "x", "y")
-    y_meta = _check_batch(x_meta, y_meta, classifier.out_features, "x_meta", "y_meta")
+    y = check_batch(x, y, classifier.out_features, "x", "y")
+    y_meta = check_batch(x_meta, y_meta, classifier.out_features, "x_meta", "y_meta")
     check_nonnegative(calib_weight, "calib_weight")
     if not math.isfinite(lr) or lr <= 0:
         raise ValueError(f"lr (the look-ahead step) must be a finite number > 0, got {lr}")
@@ -109,7 +101,6 @@ def l2_hypergradient(
     meta = meta + calib_weight * meta_objective(meta_logits, y_meta, objective, bandwidth=bandwidth)
     hyper = torch.autograd.grad(meta, list(coefs), retain_graph=True)
     return {"grads": hyper, "meta_loss": meta.detach(), "logits": logits}
-
 
 
 def l2_meta_step(
@@ -163,8 +154,7 @@ def l2_meta_step(
     }
 
 
-
-class L2MetaTrainer(MetaTrainer):
+class L2MetaTrainer(MetaLearningTrainer):
     """The meta-learning baselines CE-DECE and CE-SECE of Wang & Golebiowski (2024), Table 1.
 
     Meta-calibration of Bohdal et al. (2021), which Wang & Golebiowski (2024) describe as
@@ -176,7 +166,7 @@ class L2MetaTrainer(MetaTrainer):
     batch after a one-step look-ahead of the classifier (:func:`l2_meta_step`).
 
     ``python -m calib train --loss ce --meta l2_reg --meta-objective dece|sece``. The
-    8:1:1 split, meta loader, checkpoints and resume are :class:`MetaTrainer`'s.
+    8:1:1 split, meta loader, checkpoints and resume are :class:`~calib.train.meta.base.MetaLearningTrainer`'s.
     Our choices where the sources differ or are silent: the mean (not summed) batch loss;
     the look-ahead on the meta batch leaves the BatchNorm statistics untouched; SECE with
     bandwidth 0.01 for CE-SECE (Wang & Golebiowski (2024)'s §5 setting for its own method).
@@ -186,36 +176,37 @@ class L2MetaTrainer(MetaTrainer):
     ``train_penalty`` and ``l2_coef_mean``/``l2_coef_abs_mean``.
     """
 
+    meta: ClassVar[str] = "l2_reg"
+    defaults: ClassVar[dict[str, Any]] = L2_DEFAULTS
+
     def __init__(
         self,
         config: TrainConfig,
         *,
-        data: Splits | None = None,
+        data: Any | None = None,
         meta_lr: float | None = None,
         bandwidth: float | None = None,
         calib_weight: float | None = None,
     ) -> None:
-        _check_meta_config(config, "l2_reg", "L2MetaTrainer needs config.meta='l2_reg'")
-        if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-            raise ValueError("L2MetaTrainer runs in one process; multi-process meta-training is not supported")
-        self.meta_settings = _l2_settings(
-            config.meta_kwargs or {}, dict(meta_lr=meta_lr, bandwidth=bandwidth, calib_weight=calib_weight)
-        )
-        self.config = config
-        base = data if data is not None else self._load_data()
-        Trainer.__init__(self, config, data=_carve_meta_split(base, config.split_seed))
+        super().__init__(config, data=data, meta_lr=meta_lr, bandwidth=bandwidth, calib_weight=calib_weight)
         if not isinstance(self.model.classifier, nn.Linear):
             raise TypeError("the model's classifier must be an nn.Linear for the learnable L2 penalty")
         self.coefs = [nn.Parameter(torch.zeros_like(p)) for p in (self.model.classifier.weight,
                                                                      self.model.classifier.bias)]
         self.meta_optimizer = torch.optim.Adam(self.coefs, lr=self.meta_settings["meta_lr"])
-        self.meta_loader = self._build_meta_loader()
-        self._meta_iter = None
+
+    @classmethod
+    def settings(cls, from_config: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
+        s = super().settings(from_config, explicit)
+        for name in ("meta_lr", "bandwidth"):
+            s[name] = check_positive(s[name], name)
+        s["calib_weight"] = check_nonnegative(s["calib_weight"], "calib_weight")
+        return s
 
     def train_step(self, x: Tensor, y: Tensor) -> dict[str, Tensor]:
         """:func:`l2_meta_step` on a training batch and the next meta-validation batch."""
         self.model.train()
-        xm, ym = self._next_meta_batch()
+        xm, ym = self.next_meta_batch()
         s = self.meta_settings
         return l2_meta_step(
             self.model, self.coefs, x, y, xm, ym, self.optimizer, self.meta_optimizer, criterion=self.criterion,
@@ -223,39 +214,17 @@ class L2MetaTrainer(MetaTrainer):
             clip_grad=self.config.clip_grad,
         )
 
-    def gammas(self, split: str = "test") -> Tensor:  # noqa: ARG002 - no gamma-Net here
-        raise TypeError("an L2MetaTrainer learns L2 coefficients, not gammas (see .coefs)")
-
     def epoch_extras(self) -> dict[str, float]:
         flat = torch.cat([c.detach().reshape(-1) for c in self.coefs])
         return {"l2_coef_mean": float(flat.mean()), "l2_coef_abs_mean": float(flat.abs().mean())}
 
     def extra_state(self) -> dict[str, Any]:
-        return {
-            "l2_coefs": [c.detach().clone() for c in self.coefs],
-            "meta_optimizer": self.meta_optimizer.state_dict(),
-            "meta_loader": self.meta_loader.state_dict(),
-            "meta_settings": dict(self.meta_settings),
-        }
+        return {"l2_coefs": [c.detach().clone() for c in self.coefs], **super().extra_state()}
 
     def load_extra_state(self, state: dict[str, Any]) -> None:
         if "l2_coefs" not in state:
             raise CheckpointError("checkpoint has no L2 coefficients: it was not written by an L2MetaTrainer")
-        _check_saved_settings(state, self.meta_settings)
+        super().load_extra_state(state)
         with torch.no_grad():
             for c, v in zip(self.coefs, state["l2_coefs"]):
                 c.copy_(v.to(c.device))
-        self.meta_optimizer.load_state_dict(state["meta_optimizer"])
-        self.meta_loader.load_state_dict(state["meta_loader"])
-        self._meta_iter = None
-
-
-
-def _l2_settings(from_config: dict[str, Any], explicit: dict[str, Any]) -> dict[str, Any]:
-    if unknown := sorted(set(from_config) - set(L2_DEFAULTS)):
-        raise ValueError(f"unknown meta settings {unknown} for meta='l2_reg'; known: {sorted(L2_DEFAULTS)}")
-    s = {**L2_DEFAULTS, **from_config, **{k: v for k, v in explicit.items() if v is not None}}
-    for name in ("meta_lr", "bandwidth"):
-        s[name] = check_positive(s[name], name)
-    s["calib_weight"] = check_nonnegative(s["calib_weight"], "calib_weight")
-    return s
