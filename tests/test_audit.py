@@ -12,7 +12,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 # Training chapters whose claims have not been through `make audit` yet (issue 32): their
 # claim() calls predate the audit. Each leaves this set when its records are committed.
 PENDING = {"02_overconfidence", "08_meta_regularisation", "09_calibrated_or_calibratable", "10_bench_of_regularisers",
-           "11_reproducing_tables", "12_beyond_temperature_scaling", "13_calibration_under_shift"}
+           "11_reproducing_tables"}
 
 
 def _code(chapter: str) -> str:
@@ -46,6 +46,8 @@ def test_asserted_claims_held_in_every_audited_run(chapter):
     texts = claim_texts(_code(chapter))
     assert all(isinstance(t, str) for t in texts), (
         f"{chapter}: a claim() text is not a string literal, so the audit cannot match it")
+    if not texts:
+        return  # nothing empirical is asserted: verdicts and facts need no audit record
     rows = [r for r in audit.records() if r["chapter"] == chapter]
     runs = {(r["seed_offset"], r["threads"]) for r in rows if r["status"] == "finished"}
     assert len({o for o, _ in runs}) >= 5 and len({t for _, t in runs}) >= 2, (

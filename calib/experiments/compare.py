@@ -36,8 +36,7 @@ import torch
 
 from .. import evidence
 from ..data import Splits, gaussian_splits, load
-from ..train import TrainConfig, Trainer
-from ..train.meta import MetaTrainer
+from ..train import TrainConfig, make_trainer
 from .tables import mean_std, paper_cell
 
 __all__ = ["COLUMNS", "HEADS", "DIGITS", "PROTOCOL_KEYS", "load_case", "train_method", "run_methods",
@@ -92,13 +91,12 @@ def train_method(case: Mapping[str, Any], method: Mapping[str, Any], seed: int, 
         weight_decay=case["weight_decay"], seed=seed, progress=False,
         **{**dict(case.get("protocol", {})), **method},
     )
-    meta = cfg.meta == "gamma_net"
-    trainer = MetaTrainer(cfg, data=data) if meta else Trainer(cfg, data=data)
+    trainer = make_trainer(cfg, data=data)  # the trainer of cfg.meta, smoke caps applied
     result = trainer.fit()
     test_logits, test_labels = trainer.predict("test")
     return {"metrics": result, "history": trainer.history,
             "probs": torch.softmax(test_logits.double(), 1), "labels": test_labels,
-            "gammas": trainer.gammas("test") if meta else None, "seed": seed}
+            "gammas": trainer.gammas("test") if cfg.meta == "gamma_net" else None, "seed": seed}
 
 
 def _seed_list(seeds: int | Sequence[int]) -> list[int]:
