@@ -25,22 +25,14 @@ ArrayLike = Any  # torch.Tensor | np.ndarray | sequence of numbers
 HOST_DEVICES: tuple[str, ...] = ("cpu",)
 #: How far outside [0, 1] a probability may lie (rounding in a softmax): [-1e-6, 1 + 1e-6].
 ENTRY_SLACK = 1e-6
-value_checks = 0  # how many per-step value checks ran (tests count them per step)
 
 
 def reads_values(t: torch.Tensor) -> bool:
-    """Whether a per-step check may read ``t``'s values: on the host or in debug mode.
-
-    Counts the checks it allows in :data:`value_checks`, so a test can assert how many a
-    training step runs (and that a GPU step runs none outside debug mode).
-    """
-    global value_checks
-    if torch.compiler.is_compiling():  # reading values would break the graph
+    """Whether a per-step check may read ``t``'s values: on the host or in debug mode,
+    never inside ``torch.compile`` (reading values would break the graph)."""
+    if torch.compiler.is_compiling():
         return False
-    if t.device.type in HOST_DEVICES or _profile.debug():
-        value_checks += 1
-        return True
-    return False
+    return t.device.type in HOST_DEVICES or _profile.debug()
 
 
 def as_tensor(x: ArrayLike, name: str, *, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -196,6 +188,16 @@ def check_labels(
     ``per_step``: the range check runs only where :func:`reads_values` allows (dtype and
     shape are always checked: they cost no synchronisation).
     """
+    y = label_tensor(labels, n, name)
+    if n and (not per_step or reads_values(y)):
+        lo, hi = (int(v) for v in y.aminmax())
+        if lo < 0 or hi >= num_classes:
+            raise ValueError(f"{name} must lie in [0, {num_classes}); got values in [{lo}, {hi}]")
+    return y
+
+
+def label_tensor(labels: ArrayLike, n: int, name: str = "labels") -> torch.Tensor:
+    """Integer labels ``(N,)`` as int64, dtype and shape checked; their values are not read."""
     y = as_tensor(labels, name)
     if y.is_floating_point() or y.is_complex() or y.dtype == torch.bool:
         raise TypeError(f"{name} must be integer class indices, got dtype {y.dtype}")
@@ -203,10 +205,6 @@ def check_labels(
         raise ValueError(f"{name} must have shape (N,), got shape {tuple(y.shape)}")
     if y.shape[0] != n:
         raise ValueError(f"{name} has {y.shape[0]} entries but the predictions have N = {n} rows")
-    if n and (not per_step or reads_values(y)):
-        lo, hi = (int(v) for v in y.aminmax())
-        if lo < 0 or hi >= num_classes:
-            raise ValueError(f"{name} must lie in [0, {num_classes}); got values in [{lo}, {hi}]")
     return y.long()
 
 

@@ -118,7 +118,7 @@ def test_bin_index_is_the_count_of_edges_below_on_and_beside_every_edge(dtype, n
     xs = torch.cat([x, edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)).clamp(max=1), down]).numpy()
     inner = edges[1:-1].numpy()
     below = (xs[:, None] > inner[None, :]) if closed == "right" else (xs[:, None] >= inner[None, :])
-    assert np.array_equal(M._bin_index(torch.from_numpy(xs), n_bins, closed).numpy(), below.sum(1))
+    assert np.array_equal(M.bin_index(torch.from_numpy(xs), n_bins, closed).numpy(), below.sum(1))
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
@@ -129,7 +129,7 @@ def test_bin_index_equals_bucketize(dtype, n_bins, closed):
     xs = torch.cat([torch.rand(20_000, dtype=dtype), edges, torch.nextafter(edges, torch.tensor(2.0, dtype=dtype)),
                     torch.nextafter(edges, torch.tensor(-1.0, dtype=dtype))]).clamp(0, 1)
     want = torch.bucketize(xs, edges[1:-1], right=(closed == "left"))
-    assert torch.equal(M._bin_index(xs, n_bins, closed).long(), want)
+    assert torch.equal(M.bin_index(xs, n_bins, closed).long(), want)
 
 
 # ----------------------------------------------------------------------------- torchmetrics parity
@@ -291,14 +291,13 @@ def test_summary_and_sweep_agree_with_functions():
         assert got == {3: pytest.approx(fn(p, y, 3)), 30: pytest.approx(fn(p, y, 30))}
 
 
-def test_blocked_binning_equals_one_block(monkeypatch):
-    """ECE, MCE and the sweep binned in 7-sample blocks agree with one block (CPU path)."""
+def test_blocked_bootstrap_equals_one_block(monkeypatch):
+    """Bootstrap replicates evaluated 7 at a time agree with all at once."""
     p, y = random_probs(1000, 6, 4)
-    whole = (M.ece(p, y), M.mce(p, y, closed="left"), M.ece_sweep(p, y, (3, 15, 40)))
-    monkeypatch.setattr("calib.metrics.binned._SAMPLE_BLOCK", 7)
-    blocked = (M.ece(p, y), M.mce(p, y, closed="left"), M.ece_sweep(p, y, (3, 15, 40)))
+    whole = (M.bootstrap_ci(M.ece, p, y, n_boot=50), M.bootstrap_ci(M.mce, p, y, n_boot=50, closed="left"))
+    monkeypatch.setattr("calib.metrics.resample._BOOT_BLOCK", 7 * 1000)
+    blocked = (M.bootstrap_ci(M.ece, p, y, n_boot=50), M.bootstrap_ci(M.mce, p, y, n_boot=50, closed="left"))
     assert blocked[0] == pytest.approx(whole[0], abs=1e-14) and blocked[1] == pytest.approx(whole[1], abs=1e-14)
-    assert blocked[2] == pytest.approx(whole[2], abs=1e-14)
 
 
 def test_ties_follow_argmax_first_index():
@@ -658,7 +657,7 @@ def test_half_precision_inputs_are_promoted():
         M.bin_stats_from_confidence(c.float(), ok, 100).ece, abs=1e-12
     )
     edges = torch.linspace(0, 1, 101, dtype=c.dtype)[1:-1]
-    assert torch.equal(M._bin_index(c, 100, "right").long(), torch.bucketize(c, edges))
+    assert torch.equal(M.bin_index(c, 100, "right").long(), torch.bucketize(c, edges))
 
 
 # ----------------------------------------------------------------------------- Brier decomposition
@@ -892,3 +891,46 @@ def test_classwise_ece_with_no_entry_above_the_first_edge():
     want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 2).ece for k in range(3)])
     assert M.classwise_ece(p, y, 2) == pytest.approx(want, abs=1e-12)
     assert M.summary(p, y, 2)["classwise_ece"] == pytest.approx(want, abs=1e-12)
+
+
+def numpy_binned(conf: np.ndarray, correct: np.ndarray, edges: np.ndarray, closed: str) -> tuple[float, float]:
+    """ECE and MCE by the textbook loop over bins: ``sum_m |B_m|/N |acc(B_m) - conf(B_m)|``
+    and ``max_m |acc(B_m) - conf(B_m)|``, bins ``(lo, hi]`` (0 in the first) or ``[lo, hi)``
+    (1 in the last)."""
+    n_bins = len(edges) - 1
+    ece_sum, worst = 0.0, 0.0
+    for m, (lo, hi) in enumerate(zip(edges[:-1], edges[1:])):
+        if closed == "right":
+            mask = (conf > lo) & (conf <= hi) | ((conf == 0) & (m == 0))
+        else:
+            mask = (conf >= lo) & (conf < hi) | ((conf == 1) & (m == n_bins - 1))
+        if mask.any():
+            gap = abs(correct[mask].mean() - conf[mask].mean())
+            ece_sum += mask.sum() * gap
+            worst = max(worst, gap)
+    return ece_sum / len(conf), worst
+
+
+@pytest.mark.parametrize("n_bins", [1, 2, 4, 10, 15, 100])
+@pytest.mark.parametrize("closed", ["right", "left"])
+def test_ece_and_mce_equal_a_numpy_loop_on_edge_values(n_bins, closed):
+    """Confidences exactly on every bin edge (0 and 1 included), beside them, and random."""
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)  # the edges' definition
+    g = torch.Generator().manual_seed(n_bins)
+    beside = torch.cat([torch.nextafter(edges, torch.tensor(2.0, dtype=torch.float64)),
+                        torch.nextafter(edges, torch.tensor(-1.0, dtype=torch.float64))]).clamp(0.25, 1)
+    conf = torch.cat([edges.clamp(min=0.25), beside, 0.25 + 0.75 * torch.rand(300, generator=g, dtype=torch.float64),
+                      torch.ones(5, dtype=torch.float64), torch.full((3,), 0.25, dtype=torch.float64)])
+    correct = torch.rand(conf.numel(), generator=g) < conf
+    p, y = probs_from_confidence(conf, correct, k=4)
+    assert torch.equal(p.max(1).values, conf)
+    want_ece, want_mce = numpy_binned(conf.numpy(), correct.double().numpy(), edges.numpy(), closed)
+    assert M.ece(p, y, n_bins, closed=closed) == pytest.approx(want_ece, abs=1e-12)
+    assert M.mce(p, y, n_bins, closed=closed) == pytest.approx(want_mce, abs=1e-12)
+    assert M.bin_stats(p, y, n_bins, closed=closed).ece == pytest.approx(want_ece, abs=1e-12)
+    # a binary confidence of exactly 0 or 1 (classwise ECE bins every entry)
+    q = torch.stack([conf, 1 - conf], 1)
+    q[:4] = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    z = torch.randint(0, 2, (len(q),), generator=g)
+    want = np.mean([numpy_binned(q[:, k].numpy(), (z == k).double().numpy(), edges.numpy(), closed)[0] for k in (0, 1)])
+    assert M.classwise_ece(q, z, n_bins, closed=closed) == pytest.approx(want, abs=1e-12)

@@ -110,40 +110,8 @@ def test_canonical_reliability_is_zero_for_a_calibrated_finite_forecast():
     assert M.ece(p, y, 10) == pytest.approx(0, abs=1e-15)
 
 
-def test_a_deferred_verdict_raises_at_the_one_sync():
-    """On a GPU the value checks travel with the result (one host sync); emulated on CPU."""
-    from calib.metrics._inputs import Checked
-
-    p, y = random_probs(10, 3, 0)
-    conf = p.max(1).values
-    good = torch.tensor([1.0, 1.0, 0.0, 1.0, 0.0, 2.0], dtype=torch.float64)  # row sums, entries, labels
-    c = Checked(p, y, conf, y == 0, (good, "probs", 1e-3, 3))
-    assert c.result(torch.tensor([0.25, 0.5])) == [0.25, 0.5]
-    for stats, words in (([float("nan"), 1, 0, 1, 0, 2], "NaN"), ([1, 1, 0, 1, 0, 3], "labels must lie in [0, 3)"),
-                         ([0.5, 0.5, 0, 0.5, 0, 2], "rows must sum to 1"), ([1, 1, -2, 3, 0, 2], "look like logits")):
-        bad = Checked(p, y, conf, y == 0, (torch.tensor(stats, dtype=torch.float64), "probs", 1e-3, 3))
-        with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(")", r"\)")):
-            bad.result(torch.tensor([0.25]))
-
-
-def test_the_gpu_path_reads_the_host_once_and_agrees(monkeypatch):
-    """The GPU code path (deferred verdict, max with index, index_add_ for bincount), run
-    on CPU: the same values as the CPU path, and one read of values on the host per call
-    (``Checked.result``'s). On a GPU, ``test_cuda_syncs_once`` counts the syncs."""
-    from calib import _checks
-    from calib.metrics import _inputs
-
-    p, y = random_probs(3000, 7, 5)
-    calls = {
-        "ece": lambda: M.ece(p, y), "mce": lambda: M.mce(p, y, 20, closed="left"),
-        "adaece": lambda: M.adaece(p, y), "classwise_ece": lambda: M.classwise_ece(p, y),
-        "ece_sweep": lambda: M.ece_sweep(p, y), "mce sweep": lambda: M.ece_sweep(p, y, (5, 50), "mce"),
-        "bootstrap": lambda: M.bootstrap_ci(M.ece, p, y, n_boot=40),
-        "bootstrap mce": lambda: M.bootstrap_ci(M.mce, p, y, n_boot=40, n_bins=10),
-    }
-    expected = {name: fn() for name, fn in calls.items()}
-    monkeypatch.setattr(_checks, "HOST_DEVICES", ())
-    monkeypatch.setattr(_inputs, "_BINCOUNT_DEVICES", ())
+def _count_host_reads(monkeypatch) -> list[str]:
+    """Record every read of a tensor's values on the host (a sync on a GPU)."""
     reads: list[str] = []
 
     def counting(name):
@@ -157,24 +125,66 @@ def test_the_gpu_path_reads_the_host_once_and_agrees(monkeypatch):
 
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__"):
         monkeypatch.setattr(torch.Tensor, name, counting(name))
+    return reads
+
+
+def test_every_call_reads_the_host_once(monkeypatch):
+    """One code path on every device: the value checks travel with the result, and a call
+    reads values on the host once (``Checked.result``'s ``tolist``). On a GPU,
+    ``test_cuda_syncs_once`` counts the syncs themselves."""
+    p, y = random_probs(3000, 7, 5)
+    calls = {
+        "ece": lambda: M.ece(p, y), "mce": lambda: M.mce(p, y, 20, closed="left"),
+        "adaece": lambda: M.adaece(p, y), "classwise_ece": lambda: M.classwise_ece(p, y),
+        "ece_sweep": lambda: M.ece_sweep(p, y), "mce sweep": lambda: M.ece_sweep(p, y, (5, 50), "mce"),
+        "adaece sweep": lambda: M.ece_sweep(p, y, (5, 50), "adaece"), "summary": lambda: M.summary(p, y),
+        "bootstrap": lambda: M.bootstrap_ci(M.ece, p, y, n_boot=40),
+        "bootstrap mce": lambda: M.bootstrap_ci(M.mce, p, y, n_boot=40, n_bins=10),
+        "unvalidated ece": lambda: M.ece(p, y, validate=False),
+    }
+    reads = _count_host_reads(monkeypatch)
     for name, fn in calls.items():
         reads.clear()
-        got = fn()
+        fn()
         assert reads == ["tolist"], (name, reads)
-        assert got == pytest.approx(expected[name], abs=1e-12), name
 
 
-def test_index_add_histogram_equals_bincount(monkeypatch):
-    from calib.metrics import _inputs
+def test_a_bad_input_raises_at_the_one_host_read(monkeypatch):
+    """The verdict on the values is read with the result, and raises the one-line message."""
+    p, y = random_probs(10, 3, 0)
+    nan = p.clone()
+    nan[1, 1] = float("nan")
+    bad_y = y.clone()
+    bad_y[0] = 3
+    cases = ((nan, y, "NaN"), (p, bad_y, "labels must lie in [0, 3)"),
+             (p * 0.5, y, "rows must sum to 1"), (torch.log(p), y, "look like logits"))
+    reads = _count_host_reads(monkeypatch)
+    for probs, labels, words in cases:
+        for fn in (M.ece, M.classwise_ece, M.nll):
+            reads.clear()
+            with pytest.raises(ValueError, match=words.replace("[", r"\[").replace(")", r"\)")):
+                fn(probs, labels)
+            assert reads == ["tolist"], (fn.__name__, words, reads)
 
+
+def test_validate_false_skips_the_checks_and_gives_the_same_numbers():
+    p, y = random_probs(2000, 6, 3)
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.accuracy, M.nll, M.brier_score, M.sece_hard, M.l2_ce):
+        assert fn(p, y, validate=False) == fn(p, y), fn.__name__
+    assert M.summary(p, y, validate=False) == M.summary(p, y)
+    assert M.ece(p * 0.5, y, validate=False) >= 0  # not checked: no error
+
+
+def test_bin_totals_is_the_weighted_bincount():
     g = torch.Generator().manual_seed(0)
-    cells = torch.randint(0, 37, (5000,), generator=g, dtype=torch.int32)
-    weights = torch.rand(5000, generator=g, dtype=torch.float64)
-    cpu = [_inputs.histogram(cells, w, 40) for w in (weights, None)]
-    monkeypatch.setattr(_inputs, "_BINCOUNT_DEVICES", ())
-    other = [_inputs.histogram(cells, w, 40) for w in (weights, None)]
-    assert torch.allclose(other[0], cpu[0], rtol=0, atol=1e-12) and other[0].dtype == torch.float64
-    assert torch.equal(other[1], cpu[1]) and other[1].dtype == torch.int64
+    cells = torch.randint(0, 37, (5000,), generator=g)
+    correct = torch.rand(5000, generator=g) < 0.5
+    conf = torch.rand(5000, generator=g)
+    counts, hits, conf_sum = M.bin_totals(cells, 40, correct, conf)
+    assert torch.equal(counts, torch.bincount(cells, minlength=40).double())
+    assert torch.equal(hits, torch.bincount(cells, correct.double(), minlength=40))
+    assert torch.allclose(conf_sum, torch.bincount(cells, conf.double(), minlength=40), rtol=0, atol=1e-12)
+    assert counts.dtype == hits.dtype == conf_sum.dtype == torch.float64
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -43,10 +43,15 @@ Bin conventions (``closed``)
     gives a confidence of exactly 1 a bin of its own, ``[1, 1]``, which matters for MCE
     when some confidences saturate at 1.
 
-Every binned estimator is one bin index per sample (equal to ``torch.bucketize`` against
-the edges) and one weighted bincount (``torch.bincount`` on CPU, ``index_add_`` on a GPU,
-where bincount would sync): no Python loop over bins, bin counts or bootstrap resamples
-(on CPU, a short one over blocks of samples, which keeps the temporaries small).
+Every binned estimator is one bin index per sample (:func:`bin_index`, ``torch.bucketize``
+against the edges) and one weighted bincount of the per-bin totals (:func:`bin_totals`):
+no Python loop over bins, bin counts or bootstrap resamples.
+
+Validation
+----------
+The metrics check their inputs' values (the contract above) by default; a call reads
+the device once, the verdict travelling with the result. ``validate=False`` (as
+torchmetrics' ``validate_args``) skips those checks, for inputs known to be valid.
 
 Modules: :mod:`~calib.metrics._inputs` (validation, top label), :mod:`~calib.metrics.binned`
 (ECE, MCE, AdaECE, classwise ECE, reliability-diagram data), :mod:`~calib.metrics.scores`
@@ -58,12 +63,11 @@ from __future__ import annotations
 
 from .binned import (
     BinStats,
-    _bin_index,
-    _ece_of,
-    _totals,
     adaece,
+    bin_index,
     bin_stats,
     bin_stats_from_confidence,
+    bin_totals,
     classwise_ece,
     ece,
     mce,
@@ -92,6 +96,8 @@ __all__ = [
     "BinStats",
     "bin_stats",
     "bin_stats_from_confidence",
+    "bin_index",
+    "bin_totals",
     "ece_sweep",
     "bootstrap_ci",
     "summary",

@@ -7,10 +7,10 @@ and its index is the first of tied maxima, as ``argmax``'s (a tie is a hit only 
 label is the first tied class).
 
 The verdict on the values (finite, in [0, 1], rows summing to 1, labels in range) needs
-the host to read a few numbers. On CPU that is free and happens at once. On a GPU it
-would stall the device, so :func:`checked` only queues the statistics and the metric
-reads them together with its result in one transfer (:meth:`Checked.result`): a call
-costs one host sync, and invalid input still raises the same one-line ``ValueError``.
+a few numbers on the host. On a GPU reading them would stall the device, so
+:func:`checked` only computes them, and the metric reads them together with its result
+in one transfer (:meth:`Checked.result`): a call costs one host sync on any device, and
+invalid input raises the same one-line ``ValueError`` there.
 """
 from __future__ import annotations
 
@@ -18,8 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import _checks
-from .._checks import ArrayLike, as_tensor, check_labels, check_nk_shape, check_positive_int, probs_error
+from .._checks import ArrayLike, as_tensor, check_nk_shape, check_positive_int, label_tensor, probs_error
 from .._checks import row_sum_tolerance
 
 Tensor = torch.Tensor
@@ -33,35 +32,42 @@ MAX_BIN_CELLS = 1 << 24
 
 @dataclass(frozen=True)
 class Checked:
-    """Checked predictions and their top label.
+    """Predictions, their top label and the pending value checks.
 
-    ``p`` (N, K) float (half precision promoted to float32), detached; ``y`` (N,) int64
-    on ``p``'s device; ``conf`` and ``correct`` the top label; ``verdict`` the pending
-    value checks (None once done, always on CPU).
+    ``p`` (N, K) float (half precision promoted to float32), detached; ``y`` (N,) int64 on
+    ``p``'s device; ``conf`` and ``correct`` the top label; ``stats`` the smallest and
+    largest row sum, entry and label (float64), None when not validated.
     """
 
     p: Tensor
     y: Tensor
     conf: Tensor
     correct: Tensor
-    verdict: tuple | None = None
+    stats: Tensor | None = None
+    name: str = "probs"
+    tol: float = 0.0
 
     def result(self, values: Tensor) -> list[float]:
-        """``values`` as Python floats, after the pending value checks (one host sync)."""
-        if self.verdict is None:
-            return values.double().reshape(-1).tolist()
-        stats, name, tol, k = self.verdict
-        numbers = torch.cat([stats, values.double().reshape(-1)]).tolist()
-        _raise_if_bad(numbers[:6], name, tol, k)
+        """``values`` as Python floats, read with the value checks in one transfer."""
+        values = values.double().reshape(-1)
+        if self.stats is None:
+            return values.tolist()
+        numbers = torch.cat([self.stats, values]).tolist()
+        _raise_if_bad(numbers[:6], self.name, self.tol, self.p.shape[1])
         return numbers[6:]
 
+    def verify(self) -> None:
+        """Raise now if the values are bad (one host read)."""
+        self.result(self.p.new_zeros(0))
 
-def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked:
-    """Validate ``probs``/``labels`` and find the top label (see the module docstring).
 
-    Contract of :func:`calib._checks.check_probs_fast`: a real ``(N, K)`` array, N >= 1,
-    K >= 2, finite, entries in [0, 1] (1e-6 slack), rows summing to 1 within
-    :func:`calib._checks.row_sum_tolerance`; integer labels in ``[0, K)``.
+def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs", *, validate: bool = True) -> Checked:
+    """Check the type and shape of ``probs``/``labels``, find the top label, queue the value checks.
+
+    The contract: a real ``(N, K)`` array, N >= 1, K >= 2, finite, entries in [0, 1]
+    (1e-6 slack), rows summing to 1 within :func:`calib._checks.row_sum_tolerance`;
+    integer labels in ``[0, K)``. ``validate=False`` skips the value checks (three passes
+    over the data) for inputs known to be valid.
     """
     p = as_tensor(probs, name)
     tol = row_sum_tolerance(p.dtype)
@@ -71,40 +77,18 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs") -> Checked
         p = p.float()
     check_nk_shape(p, name)
     p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
-    on_host = p.device.type in _checks.HOST_DEVICES  # the CPU (tests emulate a GPU by emptying it)
-    y = check_labels(labels, p.shape[0], p.shape[1], "labels", per_step=not on_host).to(p.device)
+    y = label_tensor(labels, p.shape[0], "labels").to(p.device)
+    if not validate:
+        conf, pred = p.max(dim=1)  # the top label: value and (first) index in one read
+        return Checked(p, y, conf, pred.eq(y))
     k = p.shape[1]
-    # NaN and inf show in the row sums. A matrix-vector product sums the rows: on CPU
-    # sum(dim=1) reads short rows ~5x slower (K = 10).
+    # NaN and inf show in the row sums; a matrix-vector product sums short rows ~5x faster
+    # than sum(dim=1) on CPU.
     sums = p @ p.new_ones(k)
-    stats = torch.stack([*sums.aminmax(), *p.aminmax()]).double()
-    conf, pred = p.max(dim=1)  # the top label: value and (first) index in one read
-    correct = pred.eq(y)
-    if on_host:  # check_labels has read the labels' range
-        _raise_if_bad([*stats.tolist(), 0, 0], name, tol, k)
-        return Checked(p, y, conf, correct)
-    # on a GPU the labels' range joins the pending verdict; meanwhile never index with a bad one
-    stats = torch.cat([stats, torch.stack([*y.aminmax()]).double()])
-    return Checked(p, y.clamp(0, k - 1), conf, correct, (stats, name, tol, k))
-
-
-# Devices where torch.bincount is used as is; elsewhere (a GPU) it would sync: see histogram.
-_BINCOUNT_DEVICES = ("cpu",)
-
-
-def histogram(cells: Tensor, weights: Tensor | None, size: int) -> Tensor:
-    """``torch.bincount(cells, weights, minlength=size)`` for ``cells`` known to lie in ``[0, size)``.
-
-    The per-bin sums of every binned metric. On a GPU ``torch.bincount`` reads the cells'
-    minimum and maximum on the host to size its output (a sync each); there the same sums
-    are an ``index_add_`` into ``size`` zeros, which reads nothing back (its float64
-    atomic additions may differ from run to run in the last bits).
-    """
-    if cells.device.type in _BINCOUNT_DEVICES:
-        return torch.bincount(cells, weights, minlength=size)
-    if weights is None:  # a count: one per cell, broadcast rather than allocated
-        weights = cells.new_ones((), dtype=torch.long).expand(cells.shape)
-    return weights.new_zeros(size).index_add_(0, cells, weights)
+    stats = torch.cat([torch.stack([*sums.aminmax(), *p.aminmax()]).double(), torch.stack([*y.aminmax()]).double()])
+    y = y.clamp(0, k - 1)  # until the verdict is read, never index with a bad label
+    conf, pred = p.max(dim=1)
+    return Checked(p, y, conf, pred.eq(y), stats, name, tol)
 
 
 def _raise_if_bad(stats: list[float], name: str, tol: float, k: int) -> None:

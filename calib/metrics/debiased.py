@@ -6,7 +6,8 @@ from typing import Literal
 import torch
 
 from .._checks import ArrayLike
-from ._inputs import check_n_bins, checked, histogram
+from ._inputs import Checked, check_n_bins, checked
+from .binned import bin_totals
 
 Tensor = torch.Tensor
 Mode = Literal["top_label", "classwise"]
@@ -28,7 +29,8 @@ def _equal_mass_index(f: Tensor, n_bins: int) -> Tensor:
     ends = torch.cumsum(sizes, 0)[:-1]  # first index of runs 2..B
     s = f.sort(dim=1).values
     bounds = torch.cat([(s[:, ends - 1] + s[:, ends]) / 2, torch.ones_like(s[:, :1])], dim=1)
-    return torch.searchsorted(bounds, f.contiguous()), b
+    # clamped: a NaN (refused once the checks are read) would fall past the last bound
+    return torch.searchsorted(bounds, f.contiguous()).clamp_(max=b - 1), b
 
 
 def _squared_errors(f: Tensor, y: Tensor, n_bins: int) -> tuple[Tensor, Tensor]:
@@ -37,8 +39,7 @@ def _squared_errors(f: Tensor, y: Tensor, n_bins: int) -> tuple[Tensor, Tensor]:
     r, n = f.shape
     idx, b = _equal_mass_index(f, n_bins)
     cell = (idx + b * torch.arange(r, device=f.device)[:, None]).view(-1)
-    size, f_sum, y_sum = (histogram(cell, w, r * b).view(r, b).double()
-                          for w in (None, f.reshape(-1), y.reshape(-1)))
+    size, y_sum, f_sum = bin_totals(cell, r * b, y.reshape(-1), f.reshape(-1)).view(3, r, b)
     filled = size.clamp_min(1)
     f_bar, y_bar = f_sum / filled, y_sum / filled
     plug_in = (size * (f_bar - y_bar) ** 2).sum(1) / n
@@ -46,12 +47,13 @@ def _squared_errors(f: Tensor, y: Tensor, n_bins: int) -> tuple[Tensor, Tensor]:
     return plug_in, (size * variance).sum(1) / n
 
 
-def _per_class(probs: ArrayLike, labels: ArrayLike, n_bins: int, mode: str) -> tuple[Tensor, Tensor, object]:
+def _per_class(probs: ArrayLike, labels: ArrayLike, n_bins: int, mode: str,
+               validate: bool) -> tuple[Tensor, Tensor, Checked]:
     """``(f, y, checked)``: rows of (forecast, outcome) pairs, one row per class or one for the top label."""
     if mode not in _MODES:
         raise ValueError(f"mode must be one of {', '.join(_MODES)}, got {mode!r}")
     check_n_bins(n_bins)
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     if mode == "top_label":
         return c.conf.double()[None], c.correct.double()[None], c
     k = c.p.shape[1]
@@ -60,7 +62,7 @@ def _per_class(probs: ArrayLike, labels: ArrayLike, n_bins: int, mode: str) -> t
 
 @torch.no_grad()
 def l2_ce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, mode: Mode = "top_label",
-          debiased: bool = True) -> float:
+          debiased: bool = True, validate: bool = True) -> float:
     """ℓ2 calibration error over equal-mass bins, debiased (Kumar, Liang & Ma 2019, section 5).
 
     For forecasts ``f_i`` with outcomes ``y_i`` (``mode="top_label"``: the confidence
@@ -79,19 +81,20 @@ def l2_ce(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, mode: Mode =
     Bins: :func:`_equal_mass_index`. Matches ``calibration.lower_bound_scaling_ce`` of
     the authors' package ``uncertainty-calibration``.
     """
-    f, y, c = _per_class(probs, labels, n_bins, mode)
+    f, y, c = _per_class(probs, labels, n_bins, mode, validate)
     plug_in, variance = _squared_errors(f, y, n_bins)
     sq = (plug_in - variance).clamp_min(0) if debiased else plug_in
     return c.result(sq.mean().sqrt())[0]
 
 
 @torch.no_grad()
-def l2_ce_bias(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, mode: Mode = "top_label") -> float:
+def l2_ce_bias(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, mode: Mode = "top_label",
+               validate: bool = True) -> float:
     """The estimated bias of the plug-in squared ℓ2 error (Kumar, Liang & Ma 2019, section 5).
 
     ``sum_{b: n_b >= 2} (n_b / N) ybar_b (1 - ybar_b) / (n_b - 1)``: the unbiased estimate of
     ``sum_b w_b Var(ybar_b)``, what :func:`l2_ce` subtracts from the plug-in ``CE^2``
     (mean over classes for ``mode="classwise"``). It grows like ``n_bins / N``.
     """
-    f, y, c = _per_class(probs, labels, n_bins, mode)
+    f, y, c = _per_class(probs, labels, n_bins, mode, validate)
     return c.result(_squared_errors(f, y, n_bins)[1].mean())[0]

@@ -31,17 +31,17 @@ def _brier_terms(p: Tensor, y: Tensor) -> Tensor:
 
 
 @torch.no_grad()
-def accuracy(probs: ArrayLike, labels: ArrayLike) -> float:
+def accuracy(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
     """Fraction of samples whose arg-max class is the label: ``(1/N) sum_i 1[yhat_i = y_i]``.
 
     Ties go to the first of the tied classes, as ``argmax`` does.
     """
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     return c.result(c.correct.double().mean())[0]
 
 
 @torch.no_grad()
-def nll(probs: ArrayLike, labels: ArrayLike) -> float:
+def nll(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
     """Negative log-likelihood ``-(1/N) sum_i log max(p_{i,y_i}, eps)`` in nats.
 
     The clamp at ``eps = NLL_EPS = 1e-12`` keeps a probability that underflowed to 0
@@ -49,19 +49,19 @@ def nll(probs: ArrayLike, labels: ArrayLike) -> float:
     value exceeds 27.6 nats. NLL is the proper scoring rule that temperature scaling
     minimises (Guo et al. 2017; Mukhoti et al. (2020) section 3 tracks its over-fitting).
     """
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     return c.result(_nll_terms(c.p, c.y).mean())[0]
 
 
 @torch.no_grad()
-def brier_score(probs: ArrayLike, labels: ArrayLike) -> float:
+def brier_score(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
     """Brier score ``(1/N) sum_i sum_k (p_ik - y_ik)^2`` with one-hot ``y`` (Brier 1950).
 
     Summed over classes and averaged over samples (DESIGN.md section 5), so it lies in
     [0, 2]. Lin et al. (2024) Eq. (12) splits its expectation into ``||p - eta||^2`` plus
     a term fixed by the true posterior ``eta``.
     """
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     return c.result(_brier_terms(c.p, c.y).mean())[0]
 
 
@@ -83,7 +83,8 @@ def forecast_groups(probs: ArrayLike, n_bins: int | None = None) -> tuple[Tensor
 
 
 @torch.no_grad()
-def brier_decomposition(probs: ArrayLike, labels: ArrayLike, n_bins: int | None = None) -> dict[str, float]:
+def brier_decomposition(probs: ArrayLike, labels: ArrayLike, n_bins: int | None = None, *,
+                        validate: bool = True) -> dict[str, float]:
     """Murphy's decomposition ``brier = reliability - resolution + uncertainty``.
 
     Group the forecasts (:func:`forecast_groups`); for group ``g`` with weight
@@ -104,8 +105,8 @@ def brier_decomposition(probs: ArrayLike, labels: ArrayLike, n_bins: int | None 
     the cells shrink. Returns floats ``brier``, ``reliability``, ``resolution``,
     ``uncertainty``, ``refinement``.
     """
-    c = checked(probs, labels)
-    c.result(torch.zeros(0, device=c.p.device))
+    c = checked(probs, labels, validate=validate)
+    c.verify()
     p, y = c.p, c.y
     inverse, counts = forecast_groups(p, n_bins)
     n, k = p.shape

@@ -6,7 +6,7 @@ import torch
 
 from .. import _checks
 from .._checks import ArrayLike, as_tensor, check_labels, check_positive
-from ._inputs import checked, histogram
+from ._inputs import checked
 
 Tensor = torch.Tensor
 
@@ -38,7 +38,7 @@ def _differentiable(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor
     only where that costs no GPU sync (:func:`calib._checks.reads_values`)."""
     p = as_tensor(probs, "probs")
     if p.is_floating_point() and _checks.reads_values(p):
-        checked(probs, labels)  # every value check, on the detached input
+        checked(probs, labels).verify()  # every value check, on the detached input
     else:
         _checks._shape_only(p, "probs")
     if not p.is_floating_point():
@@ -109,7 +109,8 @@ def sece_loss(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, t
 
 
 @torch.no_grad()
-def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, tau: float = 0.01) -> float:
+def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, tau: float = 0.01,
+         validate: bool = True) -> float:
     """The SECE of Wang & Golebiowski (2024) section 4.2 as a float: :func:`sece_loss`'s
     value (all-pairs soft accuracy), computed in float64.
 
@@ -118,13 +119,13 @@ def sece(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, tau: f
     differ only through predictions whose label is within a few ``tau`` of another class.
     """
     h, tau = _check_bandwidth(bandwidth), check_positive(tau, "tau")
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     p = c.p.double()
     return c.result(_sece_terms(c.conf.double(), _soft_accuracy(p, c.y, tau), h).mean())[0]
 
 
 @torch.no_grad()
-def sece_hard(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> float:
+def sece_hard(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01, *, validate: bool = True) -> float:
     """SECE with hard 0/1 correctness ``pi_j`` in place of the soft accuracy: an evaluation metric.
 
     ``(1/N) sum_i |sum_j pi_j K(z_i, z_j) / sum_j K(z_i, z_j) - z_i|``: the kernel (KDE)
@@ -135,7 +136,7 @@ def sece_hard(probs: ArrayLike, labels: ArrayLike, bandwidth: float = 0.01) -> f
     ``mean |accuracy - z_i|``. ``O(N^2)`` time: about a second for N = 10,000 on one core.
     """
     h = _check_bandwidth(bandwidth)
-    c = checked(probs, labels)
+    c = checked(probs, labels, validate=validate)
     return c.result(_sece_terms(c.conf.double(), c.correct.double(), h).mean())[0]
 
 
@@ -153,7 +154,7 @@ def _grid_mass(f: Tensor, w: Tensor) -> Tensor:
     left = x.floor().clamp_(max=_GRID - 2)
     frac = x - left
     idx = torch.cat([left.long(), left.long() + 1])
-    return histogram(idx, torch.cat([(1 - frac) * w, frac * w]), _GRID)
+    return w.new_zeros(_GRID).index_add_(0, idx, torch.cat([(1 - frac) * w, frac * w]))
 
 
 def _smooth_ece_at(mass: Tensor, sigma: float) -> float:
@@ -195,7 +196,8 @@ def _smooth_ece_fit(conf: Tensor, correct: Tensor, bandwidth: float | None) -> t
 
 
 @torch.no_grad()
-def smooth_ece(probs: ArrayLike, labels: ArrayLike, bandwidth: float | None = None) -> float:
+def smooth_ece(probs: ArrayLike, labels: ArrayLike, bandwidth: float | None = None, *,
+               validate: bool = True) -> float:
     """Smooth ECE of the top label (Błasiok & Nakkiran 2023), with its automatic bandwidth.
 
     With confidences ``f_i = c_i``, outcomes ``y_i = pi_i`` and a Gaussian kernel
@@ -214,15 +216,15 @@ def smooth_ece(probs: ArrayLike, labels: ArrayLike, bandwidth: float | None = No
     """
     if bandwidth is not None:
         bandwidth = check_positive(bandwidth, "bandwidth")
-    c = checked(probs, labels)
-    c.result(torch.zeros(0, device=c.p.device))
+    c = checked(probs, labels, validate=validate)
+    c.verify()
     return _smooth_ece_fit(c.conf, c.correct, bandwidth)[0]
 
 
 @torch.no_grad()
-def smooth_ece_bandwidth(probs: ArrayLike, labels: ArrayLike) -> float:
+def smooth_ece_bandwidth(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
     """The automatic bandwidth ``sigma*`` of :func:`smooth_ece` (its fixed point)."""
-    c = checked(probs, labels)
-    c.result(torch.zeros(0, device=c.p.device))
+    c = checked(probs, labels, validate=validate)
+    c.verify()
     return _smooth_ece_fit(c.conf, c.correct, None)[1]
 

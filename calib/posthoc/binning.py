@@ -54,13 +54,10 @@ class HistogramBinning:
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> "HistogramBinning":
         g, y = _logits_labels(logits, labels)
         conf, pred = torch.softmax(g.double(), dim=1).max(dim=1)
-        counts, hits, _ = metrics._totals(conf, pred.eq(y), self.n_bins, "right")
-        c, h = counts.cpu().numpy(), hits.cpu().numpy()
-        mid = 0.5 * (self.edges[:-1] + self.edges[1:])
-        with np.errstate(invalid="ignore", divide="ignore"):
-            values = np.where(c > 0, h / c, mid)
+        bins = metrics.bin_stats_from_confidence(conf, pred.eq(y), self.n_bins, validate=False)
+        values = np.where(bins.counts > 0, bins.accuracy, 0.5 * (self.edges[:-1] + self.edges[1:]))
         values.setflags(write=False)
-        self._values, self._counts, self._num_classes = values, c.astype(np.int64), g.shape[1]
+        self._values, self._counts, self._num_classes = values, bins.counts, g.shape[1]
         return self
 
     def _check_width(self, g: Tensor) -> Tensor:
@@ -75,7 +72,7 @@ class HistogramBinning:
         g = self._check_width(check_logits(logits, "logits", refuse_probs=True))
         conf = torch.softmax(g.detach().double(), dim=1).amax(dim=1)
         table = torch.tensor(values, dtype=torch.float64, device=conf.device)
-        return table[metrics._bin_index(conf, self.n_bins, "right").long()]
+        return table[metrics.bin_index(conf, self.n_bins)]
 
     def predict(self, logits: ArrayLike) -> Tensor:
         """Predicted class (the arg-max, unchanged by binning)."""
