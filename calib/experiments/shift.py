@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from .. import metrics
-from ..metrics.binned import _bin_index
+from ..metrics import bin_index
 from ..metrics.scores import NLL_EPS
 from .._checks import check_labels, check_positive, check_positive_int
 from ..data.shift import CORRUPTIONS, corrupt
@@ -185,7 +185,7 @@ def scores(logits: Mapping[Cell, Tensor], labels: Tensor, cells: Sequence[Cell],
         y = check_labels(labels, z.shape[0], z.shape[1], "labels")
         p = (z.double() / t).softmax(1)
         conf, pred = p.max(1)
-        out.append(torch.stack([_bin_index(conf, n_bins, "right").double(), pred.eq(y).double(), conf,
+        out.append(torch.stack([bin_index(conf, n_bins, "right").double(), pred.eq(y).double(), conf,
                                 p.gather(1, y.view(-1, 1)).squeeze(1).clamp(min=NLL_EPS).log()]))
     return torch.stack(out, 1).reshape(4 * len(cells), -1).T.contiguous().numpy()
 

@@ -143,7 +143,8 @@ def _fit_grid(g: Tensor, y: Tensor, grid: np.ndarray, n_bins: int) -> float:
     scores = []
     for t in grid:
         conf = 1.0 / torch.exp(shifted / float(t)).sum(dim=1)
-        scores.append(metrics._ece_of(conf, correct, n_bins, "right"))
+        _, hits, conf_sum = metrics.bin_totals(metrics.bin_index(conf, n_bins), n_bins, correct, conf)
+        scores.append(float((hits - conf_sum).abs().sum()) / conf.numel())  # the ECE at T
     scores_np = np.asarray(scores)
     best = int(np.flatnonzero(scores_np <= scores_np.min() + 1e-12)[0])
     return float(grid[best])
