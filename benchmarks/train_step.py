@@ -14,7 +14,7 @@ the variants taking turns round after round (``_timing.interleaved_times``):
 * ``minimal loop, deterministic``: the same under ``torch.use_deterministic_algorithms``,
   which :meth:`Trainer.fit` switches on for a CPU run (reproducibility, not speed);
 * ``Trainer epoch``: the trainer's epoch as :meth:`Trainer.fit` runs it: its loader,
-  ``_train_epoch`` with a progress bar shown (written to /dev/null), ``scheduler.step``.
+  its steps through ``progress.Monitor`` (sums, NaN/inf flag, bars), ``scheduler.step``.
 
 Ratios are the median over rounds of same-round pairs against the minimal loop (>1 means
 slower; goal for the trainer <= 1.05). Then each thing the trainer adds per step is timed
@@ -30,7 +30,6 @@ elsewhere (e.g. ``--data fake_cifar --model resnet20 --amp bf16`` on a GPU).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import os
 import statistics
@@ -39,7 +38,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -52,7 +51,8 @@ from _timing import header, interleaved_times, median_time, paired_ratio, row  #
 from calib import profile  # noqa: E402
 from calib.data import Splits  # noqa: E402
 from calib.train import TrainConfig, Trainer  # noqa: E402
-from calib.train.progress import _note_nonfinite, _tqdm_class  # noqa: E402
+from calib.train.distributed import deterministic as fit_mode  # noqa: E402
+from calib.train.progress import Monitor, tqdm_class  # noqa: E402
 
 Batches = list[tuple[torch.Tensor, torch.Tensor]]
 
@@ -79,24 +79,6 @@ def load_data(name: str, train_size: int, val_size: int) -> Splits:
             print(f"Fashion-MNIST not found ({str(exc).splitlines()[0][:100]}); timing random images "
                   "of its shape instead (make fashion-mnist installs the files)")
     return fake_images(train_size, (1, 28, 28), n_eval=val_size)
-
-
-@contextlib.contextmanager
-def fit_mode(device: torch.device) -> Iterator[None]:
-    """The global settings :meth:`Trainer.fit` runs its epochs under (keep in step with it):
-    deterministic kernels on CPU, without NaN-filling new tensors; on CUDA cuDNN autotuning,
-    left on afterwards as fit leaves it (so the minimal loop gets it too)."""
-    prev, prev_fill = torch.are_deterministic_algorithms_enabled(), torch.utils.deterministic.fill_uninitialized_memory
-    if device.type == "cpu":
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = False
-    elif device.type == "cuda":
-        torch.backends.cudnn.benchmark = True
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(prev)
-        torch.utils.deterministic.fill_uninitialized_memory = prev_fill
 
 
 # -- the loops ------------------------------------------------------------------------------
@@ -132,11 +114,12 @@ def forward_backward(model: torch.nn.Module, batches: Batches, amp: torch.dtype 
 
 
 def trainer_epoch(trainer: Trainer, devnull) -> None:
-    """One epoch as ``Trainer._run_epochs`` runs it, the bar shown but written to ``devnull``."""
-    with fit_mode(trainer.device):
-        with _tqdm_class(True)(total=len(trainer.train_loader), leave=False, mininterval=1.0,
-                               file=devnull, desc="epoch") as bar:
-            trainer._train_epoch(bar)
+    """One epoch as ``Trainer.fit`` runs it: its steps through :class:`Monitor` (sums, the
+    NaN/inf flag, the bar as the run's config shows it), then the scheduler's step."""
+    with fit_mode(trainer.device), Monitor(trainer) as monitor:
+        for x, y in monitor.batches(trainer.train_loader):
+            monitor.record(trainer.train_step(x, y), y.shape[0])
+        monitor.epoch_means()
         trainer.scheduler.step()
 
 
@@ -163,24 +146,15 @@ def trainer_parts(trainer: Trainer, batches: Batches, devnull) -> dict[str, Call
         for g, (_, y) in zip(logits, batches):
             F.cross_entropy(g, y)
 
-    def accuracy_and_sums() -> None:  # as in Trainer.train_step / _train_epoch
-        sums: dict = {}
+    def sums_and_nonfinite_flag() -> None:  # Monitor.record per step, epoch_means once
+        monitor = Monitor(trainer)
         for g, loss, (_, y) in zip(logits, losses, batches):
-            out = {"loss": loss.detach(), "acc": (g.detach().argmax(1) == y).float().mean()}
-            n = y.shape[0]
-            sums["_n"] = sums.get("_n", 0) + n
-            for k, v in out.items():
-                sums[k] = sums.get(k, 0.0) + v.detach() * n
-        trainer._reduce_epoch(sums)
-
-    def nonfinite_flag() -> None:
-        first_bad = None
-        for i, loss in enumerate(losses):
-            first_bad = _note_nonfinite(first_bad, loss, i)
-        trainer._check_finite(first_bad)
+            monitor.record({"loss": loss.detach(), "acc": (g.detach().argmax(1) == y).float().mean()},
+                           y.shape[0])
+        monitor.epoch_means()
 
     def progress_bar() -> None:
-        with _tqdm_class(True)(total=steps, leave=False, mininterval=1.0, file=devnull) as bar:
+        with tqdm_class(True)(total=steps, leave=False, mininterval=1.0, file=devnull) as bar:
             for _ in range(steps):
                 bar.update(1)
 
@@ -192,8 +166,7 @@ def trainer_parts(trainer: Trainer, batches: Batches, devnull) -> dict[str, Call
 
     return {"loader (index_select, scale; the minimal loop's batches are ready)": loader,
             "calib CE with its input checks": calib_ce_checks, "  torch F.cross_entropy": torch_ce,
-            "train loss/accuracy sums, reduced once": accuracy_and_sums,
-            "non-finite-loss flag (one check per epoch)": nonfinite_flag,
+            "train loss/accuracy sums and the NaN/inf flag (Monitor)": sums_and_nonfinite_flag,
             "progress bar (update per step, drawn <= 1/s)": progress_bar,
             "net.train() + GradScaler per step": train_mode_and_scaler}
 
