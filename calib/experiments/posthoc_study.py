@@ -6,10 +6,14 @@
                             when a richer map overfits (Kull et al. 2019, §5; Guo et al. 2017, §5)
 ``estimator_bias``          binned ECE, debiased ℓ2 CE and smooth ECE against the true values on
                             a two-class Gaussian mixture whose posterior η is known
-``floor_table``             how much of each shipped CIFAR record sits at its float16 floor 2^-24
-``true_class_below``        the share of examples whose true class gets a probability below a level
-``true_class_view``         ``[p_y, 1 - p_y]``: the NLL at a fraction of the cost of all K columns
-``paired_verdicts``         methods against each other on the same test examples, NLL and ECE
+``floor_table``             how much of each shipped CIFAR record sits at its float16
+                            floor 2^-24
+``true_class_below``        the share of examples whose true class gets a probability
+                            below a level
+``true_class_view``         ``[p_y, 1 - p_y]``: the NLL at a fraction of the cost of all
+                            K columns
+``paired_verdicts``         methods against each other on the same test examples, NLL
+                            and ECE
 
 What we chose for the simulation (so its numbers can be judged): two Gaussian classes
 (:func:`calib.data.gaussian_mixture`, ``dim=2``) and a model whose logits are

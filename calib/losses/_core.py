@@ -177,7 +177,7 @@ def full_precision(fn: Callable[..., Tensor]) -> Callable[..., Tensor]:
             return fn(*args, **kwargs)
 
     if wrapper.__doc__ and "{conventions}" in wrapper.__doc__:
-        wrapper.__doc__ = wrapper.__doc__.replace("{conventions}", CONVENTIONS.strip("\n"))
+        wrapper.__doc__ = wrapper.__doc__.replace("{conventions}", CONVENTIONS.strip())
     return wrapper
 
 

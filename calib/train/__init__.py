@@ -1,8 +1,7 @@
 """Training runs: the trainer, its configuration, meta-learning, mixup and run records.
 
 ``trainer``      :class:`Trainer`: one model, one config, one run directory; the loop is ``fit``
-``dispatch``     :data:`TRAINERS` (``TrainConfig.meta`` -> trainer class), :func:`make_trainer`
-                 and :func:`train`, where smoke mode and the FLOP ledger apply
+``dispatch``     :data:`TRAINERS` (``meta`` -> trainer), :func:`make_trainer`, :func:`train`
 ``config``       :class:`TrainConfig` (JSON-serialisable), smoke-mode caps, reading it back
 ``progress``     the loop's bookkeeping (:class:`~calib.train.progress.Monitor`) and early stops
 ``checkpoint``   seeds, RNG state, atomic checkpoints loaded with ``weights_only=True``
