@@ -37,7 +37,7 @@ Two different nets are called "ResNet-110" in the literature: ``resnet110`` is H
 1.7M-parameter CIFAR net (Wang et al. (2021) use it); ``resnet110_bottleneck`` is the
 45.9M-parameter net behind the ResNet-110 numbers of Mukhoti et al. (2020) and Lin et al.
 (2024). :data:`DESCRIPTIONS` says the same in one line per name (``python -m calib train
---help``); ``calib.papers.PAPER_MODELS`` maps each paper's network to its registry name.
+--help``); ``calib.experiments.papers.PAPER_MODELS`` maps each paper's network to its registry name.
 
 \\* for 10 classes and 3 input channels (``cnn5``: 1); ``tests/test_models.py`` checks them
 against the published figures. Every conv net takes ``in_channels`` (1 for Fashion-MNIST:

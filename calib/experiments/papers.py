@@ -121,7 +121,7 @@ was tuned; Lin et al. (2024) give no λ and follow the same code."""
 METHODS: dict[str, dict[str, Any]] = {
     "mixup": {"loss": "ce", "train": {"mixup_alpha": 1.0},
               "cli": "--loss ce --mixup 1.0",
-              "what": "CE on mixup batches (Zhang et al. 2018; Thulasidasan et al. 2019), calib.mixup"},
+              "what": "CE on mixup batches (Zhang et al. 2018; Thulasidasan et al. 2019), calib.train.mixup"},
     "meta_l2_dece": {"loss": "ce", "train": {"meta": "l2_reg", "meta_objective": "dece"},
                      "cli": "--loss ce --meta l2_reg --meta-objective dece",
                      "what": "CE with a meta-learned unit-wise L2 penalty, DECE meta-objective "

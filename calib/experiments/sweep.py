@@ -185,7 +185,7 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
 
 
 def _holds_files(out: Path) -> bool:
-    """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.rundir`) and
+    """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.train.rundir`) and
     the manifest another shard, starting at the same time, is about to link in (:func:`_claim_directory`)."""
     from ..train.rundir import LOCK_FILE
 
@@ -432,8 +432,8 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
 
     Raises :class:`SweepError` (a ``ValueError``) for a bad grid or a directory holding a
     different sweep, before anything is trained or written, and
-    :class:`calib.rundir.RunDirError` when another process holds the sweep (unsharded) or
-    the cell it is about to train (:func:`calib.rundir.lock`; a stale lock is taken over).
+    :class:`calib.train.rundir.RunDirError` when another process holds the sweep (unsharded) or
+    the cell it is about to train (:func:`calib.train.rundir.lock`; a stale lock is taken over).
     """
     out = Path(out)
     shard_t = parse_shard(shard)

@@ -103,7 +103,7 @@ def mmce(
       and then divides by the same counts again, so ``v_i = (1 − r_i)/n²`` on ``C`` and
       ``−r_i/(m − n)²`` on ``W``: a smaller value whose size depends on the batch's
       accuracy. The tuned λ = 2 of those papers acts on this value, so reproducing their
-      MMCE rows needs ``normalization="code"`` (``calib.papers.PAPER_LOSS_KWARGS``).
+      MMCE rows needs ``normalization="code"`` (``calib.experiments.papers.PAPER_LOSS_KWARGS``).
       Their unweighted MMCE returns ``vᵀ K v`` without the square root; ``"code"`` does
       the same for ``weighted=False``. (The code also adds 1e-5 to the denominators and
       1e-10 under the root; those shifts are left out.)

@@ -72,7 +72,7 @@ def plot_focal_bounds(gammas: Sequence[float] = (0.5, 3.0), *, num_classes: int 
 
     One panel per ``gamma``: focal loss, the true-class bound (``gamma >= 1`` only), the
     log-product and binary-entropy bounds (every ``gamma``) and the entropy bound, from
-    :func:`calib.focal_bounds.focal_bounds_one_hot`.
+    :func:`calib.theory.focal_bounds.focal_bounds_one_hot`.
     """
     from ..theory import focal_bounds
 
@@ -109,7 +109,7 @@ def plot_brier_terms(terms: Mapping[str, Mapping[str, float]]) -> Figure:
     """Stacked bars of ``reliability + grouping + irreducible`` per forecast.
 
     ``terms`` maps a forecast's name to a dict from
-    :func:`calib.scoring.known_posterior_decomposition`; the bar height is the expected
+    :func:`calib.theory.scoring.known_posterior_decomposition`; the bar height is the expected
     Brier score.
     """
     if not terms:
@@ -136,7 +136,7 @@ def plot_gra_field(eta: Sequence[float], weights: Mapping[str, object], *, span:
 
     One panel per weighting (``{label: weight name or callable}``, kwargs bound). Arrows
     point the way gradient descent moves; the circle is the loop of
-    :func:`calib.gra_field.circulation` and the dot the fixed point.
+    :func:`calib.theory.gra_field.circulation` and the dot the fixed point.
     """
     from .. import theory
     from ..theory import gra_field

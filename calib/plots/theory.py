@@ -175,7 +175,7 @@ def plot_simplex_weight_maps(
 ) -> Figure:
     """Lin et al. 2024, Fig. 2: sample-wise weights over a slice of the 4-class simplex.
 
-    ``weights`` maps a label to ``u(probs, targets) -> (N,)`` (e.g. ``calib.uncertainty.u_fl``
+    ``weights`` maps a label to ``u(probs, targets) -> (N,)`` (e.g. ``calib.losses.uncertainty.u_fl``
     with its gamma bound). The slice (:func:`calib.theory.simplex_slice`) fixes ``p_3 =
     fixed`` and spreads the rest over classes 0, 1, 2; every point has label ``true_class``.
     Lines of equal colour show which coordinates a weight responds to.

@@ -109,7 +109,7 @@ def brier_decomposition(p: ArrayLike, eta: ArrayLike) -> dict[str, torch.Tensor]
 
     ``||p - eta||^2`` is the squared distance to the true posterior, *not* the calibration
     error: a constant forecast ``E[eta]`` is calibrated and still far from ``eta``. It
-    splits into reliability plus grouping loss (:func:`calib.scoring.known_posterior_decomposition`);
+    splits into reliability plus grouping loss (:func:`calib.theory.scoring.known_posterior_decomposition`);
     the Brier score of a sample splits as reliability - resolution + uncertainty
     (:func:`calib.metrics.brier_decomposition`).
     """

@@ -109,7 +109,7 @@ def binary_gra_fixed_point_derivation() -> Derivation:
 
 
 def gra_weight(name: str, **kwargs: float) -> WeightFn:
-    """A weight ``u(probs, targets) -> (N,)`` from :mod:`calib.uncertainty` by name.
+    """A weight ``u(probs, targets) -> (N,)`` from :mod:`calib.losses.uncertainty` by name.
 
     ``"ce"`` (``u = 1``), ``"fl"`` (``u_FL``, kwarg ``gamma``), ``"dfl"`` (``u_DFL``,
     ``gamma``), ``"gbs"`` (``u_gBS``, ``gamma`` and ``norm``; Lin et al. 2024, Eq. 11).
