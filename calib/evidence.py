@@ -34,9 +34,13 @@ from dataclasses import dataclass, replace
 from typing import Callable, Literal, Sequence
 
 import numpy as np
-from scipy import stats
 
 from . import metrics
+from ._optional import need
+
+need("tables", "calib.evidence", "scipy")
+from scipy import stats  # noqa: E402
+
 
 Direction = Literal["greater", "less", "equivalent"]
 OUTCOMES = ("holds", "contradicted", "undecided")

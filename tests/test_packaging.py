@@ -25,7 +25,7 @@ def pyproject_requirements() -> set[str]:
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     reqs = list(meta["dependencies"])
     for extra in meta["optional-dependencies"].values():
-        reqs += extra
+        reqs += [r for r in extra if not r.startswith(meta["name"] + "[")]  # self-references
     return {_norm(r) for r in reqs}
 
 
@@ -56,6 +56,61 @@ def test_pyproject_keeps_lower_bounds_for_torch():
     assert "torch==2.14.1" in pins and "torchvision==0.29.1" in pins
 
 
+def _project() -> dict:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _names(reqs: list[str]) -> set[str]:
+    return {re.split(r"[<>=\[ ;]", _norm(r))[0] for r in reqs}
+
+
+def test_the_distribution_name_is_ours_and_the_core_is_torch_numpy_tqdm():
+    from calib import _optional
+
+    meta = _project()
+    assert meta["name"] == _optional.DISTRIBUTION == "torch-calib"  # PyPI's "calib" is another project
+    assert _names(meta["dependencies"]) == {"torch", "numpy", "tqdm"}
+
+
+def test_every_optional_import_belongs_to_the_extra_that_names_it():
+    from calib import _optional
+
+    extras = _project()["optional-dependencies"]
+    for extra, modules in _optional.EXTRAS.items():
+        assert set(modules.values()) <= _names(extras[extra]), extra
+    assert [_norm(r) for r in extras["all"]] == [f"torch-calib[{','.join(_optional.EXTRAS)}]"]
+
+
+# Run in a fresh interpreter where the optional packages cannot be imported.
+_WITHOUT_EXTRAS = """
+import sys
+for name in ("scipy", "sklearn", "matplotlib", "sympy", "torchvision", "PIL", "pandas", "seaborn"):
+    sys.modules[name] = None  # import raises ModuleNotFoundError, as if not installed
+import torch
+from calib import losses, metrics, models
+logits, labels = torch.randn(64, 5), torch.randint(0, 5, (64,))
+losses.focal_loss(logits, labels, gamma=3.0).item()
+metrics.ece(logits.softmax(1), labels)
+for module in {modules!r}:
+    try:
+        __import__(module)
+        print(module, "imported")
+    except ModuleNotFoundError as exc:
+        print(str(exc))
+"""
+
+
+def test_losses_and_metrics_need_only_the_core_and_the_rest_name_their_extra():
+    guarded = ["calib.posthoc", "calib.evidence", "calib.theory", "calib.plots", "calib.experiments"]
+    out = subprocess.run([sys.executable, "-c", _WITHOUT_EXTRAS.format(modules=guarded)],
+                         capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(guarded), lines
+    for module, line, extra in zip(guarded, lines, ["posthoc", "tables", "theory", "plots", "tables"]):
+        assert line.startswith(module + " needs ") and line.endswith(f'pip install "torch-calib[{extra}]"'), line
+
+
 def chapters() -> list[pathlib.Path]:
     return sync_setup_cells.chapters()
 
@@ -73,7 +128,7 @@ def test_chapter_is_committed_without_outputs(path):
             assert cell.get("execution_count") is None, f"{path.name} cell {i} has an execution count"
 
 
-@pytest.mark.parametrize("path", chapters(), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", sync_setup_cells.pages(), ids=lambda p: p.name)
 def test_chapter_setup_cell_matches_config(path):
     """The Colab install URL comes from _config.yml's repository.url, the single source."""
     nb = json.loads(path.read_text())

@@ -51,8 +51,12 @@ def repository_branch() -> str:
 
 
 def install_source(url: str | None = None, ref: str | None = None) -> str:
-    """The pip requirement the setup cell installs: ``git+URL@REF``."""
-    return f"git+{url or repository_url()}@{ref or repository_branch()}"
+    """The pip requirement the setup cell installs: ``torch-calib[all] @ git+URL@REF``.
+
+    The ``all`` extra brings what the chapters import beyond the core (sympy, matplotlib,
+    scipy, pandas, ...); Colab has most of it already, so pip adds little.
+    """
+    return f"torch-calib[all] @ git+{url or repository_url()}@{ref or repository_branch()}"
 
 
 def assignment_setup_source(assignment: str, url: str | None = None, ref: str | None = None) -> str:
@@ -113,6 +117,11 @@ def chapters() -> list[pathlib.Path]:
     return sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 
 
+def pages() -> list[pathlib.Path]:
+    """Every notebook of the book with a Colab setup cell: the chapters, quickstart, evidence."""
+    return [ROOT / "book" / "quickstart.ipynb", *chapters(), ROOT / "book" / "evidence.ipynb"]
+
+
 def assignments() -> list[pathlib.Path]:
     """The otter master notebooks of the coursework (book/assignments/)."""
     return sorted((ROOT / "book" / "assignments").glob("a[0-9]_*.ipynb"))
@@ -145,7 +154,7 @@ if __name__ == "__main__":
     parser.add_argument("--ref", default=None,
                         help="tag or commit to install instead of repository.branch (e.g. v0.1.0)")
     args = parser.parse_args()
-    changed = [p.name for p in chapters() if sync(p, args.ref)]
+    changed = [p.name for p in pages() if sync(p, args.ref)]
     changed += [p.name for p in assignments() if sync(p, args.ref, assignment=p.stem)]
     print("updated: " + (", ".join(changed) if changed else "nothing"))
     sys.exit(0)

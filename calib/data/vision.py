@@ -47,6 +47,7 @@ import torch
 
 from .. import profile as _profile
 from .._checks import check_positive_int
+from .._optional import need
 from . import idx as _idx
 from .splits import Splits, smoke_subset
 
@@ -192,6 +193,7 @@ def _fashion_mnist(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, 
 
 
 def _download_fashion_mnist(folder: Path) -> None:
+    need("vision", "the Fashion-MNIST download", "torchvision")
     from torchvision.datasets.utils import download_url
 
     for name, md5 in _idx.FASHION_MNIST_MD5.items():
@@ -245,6 +247,7 @@ def _cifar_url(hundred: bool) -> str:
 
 
 def _download_cifar(root: Path, hundred: bool) -> None:
+    need("vision", "the CIFAR download", "torchvision")
     import torchvision
 
     cls = torchvision.datasets.CIFAR100 if hundred else torchvision.datasets.CIFAR10
@@ -258,6 +261,7 @@ def _download_cifar(root: Path, hundred: bool) -> None:
 
 def _read_svhn_mat(path: Path) -> tuple[Tensor, Tensor]:
     """SVHN cropped digits: ``X`` (32, 32, 3, N) uint8 and ``y`` (N, 1) with 10 meaning 0."""
+    need("vision", "the SVHN reader", "scipy")
     import scipy.io
 
     try:
@@ -290,6 +294,7 @@ def _svhn(root: Path, download: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
 
 
 def _download_svhn(folder: Path, files: list[str]) -> None:
+    need("vision", "the SVHN download", "torchvision")
     import torchvision
     from torchvision.datasets.utils import download_url
 
@@ -302,6 +307,7 @@ def _download_svhn(folder: Path, files: list[str]) -> None:
 
 
 def _read_jpegs(paths: list[Path]) -> Tensor:
+    need("vision", "the Tiny-ImageNet reader", "PIL")
     from PIL import Image
 
     arrays = []
@@ -372,6 +378,7 @@ def _try_cache(path: Path, tensors: dict[str, Tensor]) -> None:
 
 
 def _download_tiny(root: Path) -> None:
+    need("vision", "the Tiny-ImageNet download", "torchvision")
     from torchvision.datasets.utils import download_and_extract_archive
 
     try:

@@ -16,6 +16,10 @@
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
+from .._optional import need
+
+need("tables", "calib.experiments")
+
 from . import (bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, scores, shift,
                sweep, tables, toy)
 from .toy import *  # noqa: F401,F403

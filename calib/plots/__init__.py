@@ -14,6 +14,10 @@ Submodules, one per chapter family (all re-exported here):
 :func:`book_style` sets what every chapter shares: fonts of at least 9 pt and SVG output
 in notebooks, so figures stay sharp at any zoom.
 """
+from .._optional import need
+
+need("plots", "calib.plots", "matplotlib", "scipy")
+
 from . import palette  # noqa: F401
 from .palette import color_for, gamma_color, series_color  # noqa: F401
 from .reliability import *  # noqa: F401,F403

@@ -12,8 +12,8 @@ their colours from :mod:`calib.plots.palette`. Every function returns a matplotl
 Figure built without pyplot, at most 7 in wide with fonts of at least 9 pt (as after
 :func:`calib.plots.book_style`), or draws into ``ax``.
 
-seaborn and pandas come with the ``book`` extra (``pip install "calib[book]"``); they are
-imported when a figure is drawn, so ``import calib.plots`` works without them.
+seaborn and pandas come with the ``plots`` extra (``pip install "torch-calib[plots]"``); they
+are imported when a figure is drawn, so ``import calib.plots`` works without them.
 """
 from __future__ import annotations
 
@@ -27,6 +27,7 @@ from matplotlib.patches import Rectangle
 from scipy import stats as _scipy_stats
 
 from .._checks import ArrayLike, check_labels, check_probs
+from .._optional import need
 from .palette import series_color
 
 __all__ = [
@@ -46,11 +47,9 @@ _ERRORBARS = ("t", "sd", "se", "ci")
 
 
 def _libs() -> tuple[Any, Any]:
-    try:
-        import pandas as pd
-        import seaborn as sns
-    except ImportError as exc:  # pragma: no cover - both ship with the book extra
-        raise ImportError(f'calib.plots.stats needs seaborn and pandas: pip install "calib[book]" ({exc})') from None
+    need("plots", "calib.plots.stats", "seaborn", "pandas")
+    import pandas as pd
+    import seaborn as sns
     return pd, sns
 
 

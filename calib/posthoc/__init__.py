@@ -29,6 +29,10 @@ section 2).
 """
 from __future__ import annotations
 
+from .._optional import need
+
+need("posthoc", "calib.posthoc")
+
 from ._base import NotFittedError, _logits_labels
 from .binning import HistogramBinning
 from .ensemble import EnsembleTemperatureScaling

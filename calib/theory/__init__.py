@@ -28,6 +28,10 @@ Lambert W), ``brier`` and ``scoring`` (Brier identity, decompositions, propernes
 ``gra`` and ``gra_field`` (the GRA optimum, its fixed point and update field),
 ``smoothing`` (logit scaling, label smoothing). Everything is re-exported here.
 """
+from .._optional import need
+
+need("theory", "calib.theory")
+
 from . import focal_bounds, gra_field, scoring
 from ._derivation import Derivation
 from .brier import (
