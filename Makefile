@@ -11,14 +11,14 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup lab ledger audit book book-html assignments test test-unit test-unit-fast test-grading test-lane-smoke test-notebooks test-notebooks-and-book test-colab test-colab-colab test-colab-paper lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
+.PHONY: all setup lab ledger audit book book-html assignments test test-unit test-unit-fast test-grading test-lane-smoke test-notebooks test-notebooks-and-book test-colab test-colab-colab test-colab-paper lint lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
 
 all: setup
 
 help:
 	@echo "make book   build the book (executes every chapter) into $(HTML)"
 	@echo "make lab    open the book's notebooks in JupyterLab from $(VENV) (readers; not run in CI)"
-	@echo "make test   unit/property/parity tests, nbval over every chapter, built-book browser check"
+	@echo "make test   ruff, unit/property/parity tests, nbval over every chapter, built-book browser check"
 	@echo "make test-colab  the colab and paper branches of every chapter in smoke mode on synthetic data"
 	@echo "make bench  speed comparisons (ratios against baselines run side by side)"
 	@echo "make audit  execute the training chapters at 5 seed offsets x 1-2 threads; records in results/audit"
@@ -72,9 +72,13 @@ book-html: $(STAMP) fashion-mnist
 # profile followed by the book build from nbval's run (book/conftest.py stores each passed
 # chapter in $(NB_CACHE), so no chapter executes twice) beside the colab and paper smoke
 # passes and the coursework's otter gradings; then the built-book check.
-test: fashion-mnist test-unit-fast chromium
+test: fashion-mnist lint test-unit-fast chromium
 	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks-and-book test-lane-smoke
 	$(MAKE) --no-print-directory test-browser-only
+
+# ruff over the package, tests, tools and benchmarks (rules in pyproject.toml, [tool.ruff]).
+lint: $(STAMP)
+	$(BIN)/ruff check calib tests tools benchmarks
 
 test-notebooks-and-book: $(STAMP) fashion-mnist
 	rm -rf $(NB_CACHE)

@@ -252,7 +252,7 @@ def compare(args: argparse.Namespace) -> None:
     print("not timed (nothing to time): a signal-flag test per step (checkpoint on SIGTERM); "
           "no loss has epoch hooks")
 
-    print(f"\n-- per epoch, outside the steps (fit runs these after every epoch; median of 3)")
+    print("\n-- per epoch, outside the steps (fit runs these after every epoch; median of 3)")
     default_bs = cfg.eval_batch_size
     extras: dict[str, tuple[float, float]] = {}
     with tempfile.TemporaryDirectory(prefix="calib-bench-") as tmp:

@@ -39,7 +39,7 @@ from . import metrics
 from ._optional import need
 
 need("tables", "calib.evidence", "scipy")
-from scipy import stats  # noqa: E402
+from scipy import stats  # noqa: E402  (after the guard naming the extra)
 
 
 Direction = Literal["greater", "less", "equivalent"]

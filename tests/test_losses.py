@@ -712,7 +712,6 @@ def test_source_never_takes_the_log_of_a_softmax():
     import re
     import tokenize
 
-
     modules = [importlib.import_module(f"calib.losses.{m.name}") for m in pkgutil.iter_modules(L.__path__)]
     assert U in modules and len(modules) >= 8
     for module in modules:

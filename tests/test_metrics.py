@@ -315,7 +315,6 @@ def test_ties_follow_argmax_first_index():
     assert int((p == p.max(1, keepdim=True).values).sum(1).gt(1).sum()) > 500  # many ties were tested
 
 
-
 def test_ties_above_one_half_through_the_entry_slack():
     """Two maxima just above 1/2 in a valid row: the other entries at -1e-6 make room."""
     k = 1000

@@ -12,7 +12,7 @@ import torch
 
 from calib import profile
 from calib.cli import main
-from calib.data import DownloadError, fake, load
+from calib.data import DownloadError, load
 from calib.train import TrainConfig, make_trainer, smoke_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]

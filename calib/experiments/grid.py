@@ -10,10 +10,8 @@ from typing import Any, Iterable, Mapping, Sequence
 _GRID_FIELDS = ("data", "model", "loss", "loss_kwargs", "seed", "out")
 
 
-
 class SweepError(ValueError):
     """A sweep that cannot run: a bad grid, or a directory that belongs to another sweep."""
-
 
 
 def _parse_value(raw: str) -> Any:
@@ -21,7 +19,6 @@ def _parse_value(raw: str) -> Any:
         return json.loads(raw)
     except json.JSONDecodeError:
         return raw
-
 
 
 def _normal(value: Any) -> Any:
@@ -34,7 +31,6 @@ def _normal(value: Any) -> Any:
     return value
 
 
-
 def _parse_items(text: str, spec: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in filter(None, (p.strip() for p in text.split(","))):
@@ -45,7 +41,6 @@ def _parse_items(text: str, spec: Any) -> dict[str, Any]:
     return out
 
 
-
 def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
     from ..train import TrainConfig
 
@@ -54,7 +49,6 @@ def _check_settings(settings: Mapping[str, Any], spec: Any) -> dict[str, Any]:
         raise SweepError(f"loss {spec!r}: {', '.join(bad)} is not a training setting a cell may change "
                          f"(TrainConfig fields other than {', '.join(_GRID_FIELDS)})")
     return {str(k): _normal(v) for k, v in sorted(settings.items())}
-
 
 
 def parse_method(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -73,7 +67,6 @@ def parse_method(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any], dict[s
         return name, kwargs, _check_settings(dict(spec[2]), spec)
     name, kwargs = parse_loss(spec)
     return name, kwargs, {}
-
 
 
 def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
@@ -107,11 +100,9 @@ def parse_loss(spec: str | Sequence[Any]) -> tuple[str, dict[str, Any]]:
     return name, kwargs
 
 
-
 def format_loss_kwargs(kwargs: Mapping[str, Any]) -> str:
     """``{"gamma": 4, "norm": 2}`` -> ``"gamma=4,norm=2"`` (the CLI syntax; ``""`` for none)."""
     return ",".join(f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in sorted(kwargs.items()))
-
 
 
 def parse_shard(shard: str | Sequence[int] | None) -> tuple[int, int] | None:
@@ -133,10 +124,8 @@ def parse_shard(shard: str | Sequence[int] | None) -> tuple[int, int] | None:
     return i, n
 
 
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._=,+@-]", "_", text)
-
 
 
 @dataclass(frozen=True)
@@ -170,14 +159,12 @@ class Cell:
         return _slug(f"{self.data}__{self.model}__{loss}__s{self.seed}")
 
 
-
 def _as_list(value: str | Iterable[str], what: str) -> list[str]:
     items = [value] if isinstance(value, str) else list(value)
     items = [v.strip() for item in items for v in str(item).split(",") if v.strip()]
     if not items:
         raise SweepError(f"{what} must name at least one {what}")
     return list(dict.fromkeys(items))
-
 
 
 def _seeds(seeds: Any, preset: str | None) -> list[int]:
@@ -203,7 +190,6 @@ def _seeds(seeds: Any, preset: str | None) -> list[int]:
     if len(set(out)) != len(out):
         raise SweepError(f"seeds must not repeat, got {out}")
     return out
-
 
 
 def grid_cells(losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",

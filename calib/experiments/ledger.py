@@ -400,7 +400,6 @@ def histories(name: str, root: str | os.PathLike | None = None, *,
     return {d.name: [json.loads(x) for x in (d / "history.jsonl").read_text().splitlines()] for d in dirs}
 
 
-
 # -- reading a committed sweep (what the chapters show) ------------------------------------
 
 

@@ -38,7 +38,6 @@ import math
 import warnings
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-import numpy as np
 import torch
 from torch import Tensor
 

@@ -11,21 +11,16 @@ from typing import Any, Iterable, Mapping, Sequence
 RESULTS_FILE = "results.csv"
 
 
-
 SUMMARY_CSV = "summary.csv"
-
 
 
 SUMMARY_MD = "summary.md"
 
 
-
 METRICS = ("accuracy", "nll", "brier", "ece", "adaece", "classwise_ece", "mce")
 
 
-
 SUMMARY_KEYS = ("data", "model", "loss", "loss_kwargs", "settings")
-
 
 
 RESULT_COLUMNS = (
@@ -36,22 +31,18 @@ RESULT_COLUMNS = (
 )
 
 
-
 # numeric columns averaged by summarize() (seed and the bookkeeping columns excluded)
 SUMMARY_METRICS = (*METRICS, *(f"{m}_ts" for m in METRICS), "temperature", "temperature_nll",
                    "temperature_grid", "ece_ts_nll", "ece_ts_grid", "selected_epoch", "seconds")
 
 
-
 _PERCENT = {"accuracy", "ece", "adaece", "classwise_ece", "mce"}
-
 
 
 def _atomic_text(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(text)
     os.replace(tmp, path)
-
 
 
 def _csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
@@ -64,7 +55,6 @@ def _csv_text(rows: Sequence[Mapping[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-
 def _from_csv(value: str, column: str) -> Any:
     if column in ("data", "model", "loss", "loss_kwargs", "settings", "ts_method", "select"):
         return value
@@ -75,7 +65,6 @@ def _from_csv(value: str, column: str) -> Any:
     return float(value)
 
 
-
 def load_results(out: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of ``out/results.csv`` with numbers as numbers (floats exactly as written)."""
     path = Path(out) / RESULTS_FILE
@@ -83,7 +72,6 @@ def load_results(out: str | os.PathLike) -> list[dict[str, Any]]:
         raise FileNotFoundError(f"{path} not found: is {out} a sweep directory that has finished a run?")
     with open(path, newline="") as fh:
         return [{k: _from_csv(v, k) for k, v in row.items()} for row in csv.DictReader(fh)]
-
 
 
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -110,11 +98,9 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
-
 _MD_COLUMNS = (("accuracy", "accuracy (%)"), ("nll", "NLL"), ("brier", "Brier"), ("ece", "ECE (%)"),
                ("ece_ts", "ECE after TS (%)"), ("adaece", "AdaECE (%)"), ("classwise_ece", "classwise ECE (%)"),
                ("mce", "MCE (%)"), ("temperature", "T"))
-
 
 
 def summary_markdown(summary: Sequence[Mapping[str, Any]], *, missing: int = 0) -> str:

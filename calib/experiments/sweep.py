@@ -105,17 +105,13 @@ __all__ = [
 MANIFEST_FILE = "sweep.json"
 
 
-
 RUNS_DIR = "runs"
-
 
 
 MANIFEST_FORMAT = 1
 
 
-
 _DATA_CACHE: dict[tuple, Any] = {}
-
 
 
 def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
@@ -134,7 +130,6 @@ def _cell_config(cell: Cell, out: Path, preset: str | None, profile: str | None,
     return TrainConfig.from_preset(preset or DEFAULT_PRESET.get(cell.data, "cifar"), profile, **kw)
 
 
-
 def _check_overrides(overrides: Mapping[str, Any]) -> None:
     from ..train import TrainConfig
 
@@ -145,7 +140,6 @@ def _check_overrides(overrides: Mapping[str, Any]) -> None:
     if fixed := sorted(set(overrides) & set(_GRID_FIELDS)):
         raise SweepError(f"{', '.join(fixed)} are set by the sweep itself (losses=, seeds=, data=, model=, "
                          "out as the first argument), not as training settings")
-
 
 
 def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
@@ -162,7 +156,6 @@ def _manifest(cells: Sequence[Cell], configs: Sequence[Any]) -> dict[str, Any]:
             "losses": methods(), "seeds": list(dict.fromkeys(c.seed for c in cells))}
     runs = {cell.name: cfg.identity() for cell, cfg in zip(cells, configs)}
     return {"format": MANIFEST_FORMAT, "grid": grid, "cells": [c.name for c in cells], "runs": runs}
-
 
 
 def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None:
@@ -183,7 +176,6 @@ def _manifest_diff(old: Mapping[str, Any], new: Mapping[str, Any]) -> str | None
     return None
 
 
-
 def _holds_files(out: Path) -> bool:
     """Whether ``out`` holds anything besides a run-directory lock (:mod:`calib.train.rundir`) and
     the manifest another shard, starting at the same time, is about to link in (:func:`_claim_directory`)."""
@@ -193,7 +185,6 @@ def _holds_files(out: Path) -> bool:
         return name.startswith(f".{MANIFEST_FILE}.") and name.endswith(".tmp")
 
     return any(p.name != LOCK_FILE and not claiming(p.name) for p in out.iterdir())
-
 
 
 def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
@@ -210,7 +201,6 @@ def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
     elif out.exists() and (not out.is_dir() or _holds_files(out)):
         raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
                          "directory; choose another one")
-
 
 
 def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
@@ -235,7 +225,6 @@ def _claim_directory(out: Path, manifest: Mapping[str, Any]) -> None:
         tmp.unlink()
 
 
-
 def _data_for(cfg: Any) -> Any:
     """``calib.data.load`` once per process for each (data, root, split) triple."""
     from .. import data as cdata
@@ -248,7 +237,6 @@ def _data_for(cfg: Any) -> Any:
         _DATA_CACHE[key] = cdata.load(cfg.data, cfg.data_root, split_seed=cfg.split_seed,
                                       download=cfg.download, **kw)
     return _DATA_CACHE[key]
-
 
 
 def _finished(run_dir: Path) -> bool:
@@ -269,10 +257,8 @@ def diverged(run_dir: str | os.PathLike) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-
 def _run_cell(cfg: Any) -> None:
     make_trainer(cfg, data=_data_for(cfg)).fit(resume=True)
-
 
 
 def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int]) -> None:
@@ -293,7 +279,6 @@ def _preflight(cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int
             make_trainer(cfg, data=_data_for(cfg))
         except (TypeError, ValueError, FileNotFoundError) as exc:
             raise SweepError(f"cell {cell.name}: {exc}") from None
-
 
 
 def _key(cell: Cell) -> dict[str, Any]:
@@ -320,7 +305,6 @@ def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
                select=cfg.select, selected_epoch=m.get("selected_epoch", len(history)), epochs=cfg.epochs,
                seconds=sum(float(h.get("seconds", 0.0)) for h in history))
     return row
-
 
 
 @dataclass
@@ -358,7 +342,6 @@ class SweepResult:
         return pd.DataFrame(self.rows if which == "rows" else self.summary)
 
 
-
 def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any] | None, status: str) -> str:
     """One line per cell; ``row`` None for a diverged cell, which has no metrics."""
     kw = format_loss_kwargs(cell.kwargs)
@@ -370,7 +353,6 @@ def _progress_line(i: int, total: int, cell: Cell, row: Mapping[str, Any] | None
         return f"{head} {status}"
     return (f"{head} acc {100 * row['accuracy']:.2f}% ECE {100 * row['ece']:.2f}% -> {100 * row['ece_ts']:.2f}% "
             f"(T {row['temperature']:.2f}) {status}")
-
 
 
 def plan(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
@@ -411,7 +393,6 @@ def describe_plan(planned: Sequence[tuple[Cell, Any]]) -> str:
         lines.append(f"  {k}: {' | '.join(values)}")
     lines.append("  runs: " + ", ".join(c.name for c, _ in planned[:4]) + (" ..." if len(planned) > 4 else ""))
     return "\n".join(lines)
-
 
 
 def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str | Iterable[str] = "digits",
@@ -461,7 +442,6 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
         return _collect(out, cells, trained)
 
 
-
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
                progress: bool) -> list[str]:
     from ..train.progress import TrainingDiverged, progress_enabled, tqdm_class
@@ -496,7 +476,6 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
                 bar.write(_progress_line(k, len(mine), cell, row, status), file=sys.stderr)
             bar.update(1)
     return trained
-
 
 
 def _collect(out: Path, cells: Sequence[Cell], trained: list[str]) -> SweepResult:

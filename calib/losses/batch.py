@@ -43,12 +43,10 @@ def _reduce_rows(per_sample: Tensor, reduction: str) -> Tensor:
 MMCE_NORMALIZATIONS = ("paper", "code")
 
 
-
 def _check_normalization(normalization: str) -> str:
     if normalization not in MMCE_NORMALIZATIONS:
         raise ValueError(f"normalization must be 'paper' or 'code', got {normalization!r}")
     return normalization
-
 
 
 def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool, normalization: str = "paper") -> Tensor:
@@ -69,7 +67,6 @@ def _mmce_value(x: Tensor, y: Tensor, width: float, weighted: bool, normalizatio
         return squared
     # branch-free (a data-dependent `if` would break a compiled graph)
     return torch.where(both, torch.sqrt(torch.clamp(squared, min=1e-12)), (conf * 0).sum())
-
 
 
 @full_precision
@@ -113,7 +110,6 @@ def mmce(
     return _mmce_value(x, y, check_positive(width, "width"), bool(weighted), normalization)
 
 
-
 @full_precision
 def mmce_loss(
     logits: ArrayLike,
@@ -137,7 +133,6 @@ def mmce_loss(
     return _reduce_rows(F.cross_entropy(x, y, reduction="none") + lam * penalty, reduction)
 
 
-
 # =========================================================================== DECE and SECE
 def _dece_value(x: Tensor, y: Tensor, n_bins: int, bin_temperature: float, acc_temperature: float) -> Tensor:
     p = F.softmax(x, dim=1)
@@ -149,14 +144,12 @@ def _dece_value(x: Tensor, y: Tensor, n_bins: int, bin_temperature: float, acc_t
     return (member * (acc - conf)[:, None]).sum(dim=0).abs().sum() / x.shape[0]
 
 
-
 def _check_dece(n_bins: int, bin_temperature: float, acc_temperature: float) -> tuple[int, float, float]:
     return (
         check_positive_int(n_bins, "n_bins"),
         check_positive(bin_temperature, "bin_temperature"),
         check_positive(acc_temperature, "acc_temperature"),
     )
-
 
 
 @full_precision
@@ -189,7 +182,6 @@ def dece(
     return _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
 
 
-
 @full_precision
 def dece_loss(
     logits: ArrayLike,
@@ -203,7 +195,6 @@ def dece_loss(
     x, y = _batch_rows(logits, targets, reduction)
     value = _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))
     return _reduce_batch(value, x.shape[0], reduction)
-
 
 
 @full_precision
@@ -227,12 +218,10 @@ def ce_dece_loss(
     return _reduce_rows(F.cross_entropy(x, y, reduction="none") + lam * value, reduction)
 
 
-
 def _sece_value(x: Tensor, y: Tensor, bandwidth: float) -> Tensor:
     from ..metrics import sece_loss as metric_sece  # Wang & Golebiowski (2024), §4.2, defined with the other metrics
 
     return metric_sece(F.softmax(x, dim=1), y, bandwidth=bandwidth)
-
 
 
 @full_precision

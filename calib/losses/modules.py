@@ -49,7 +49,6 @@ class _LossModule(nn.Module):
         return ", ".join(f"{k}={v!r}" for k, v in shown.items())
 
 
-
 class CELoss(_LossModule):
     """Module form of :func:`cross_entropy`."""
 
@@ -58,7 +57,6 @@ class CELoss(_LossModule):
     def __init__(self, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(reduction, weight=weight, ignore_index=ignore_index)
-
 
 
 class LabelSmoothingLoss(_LossModule):
@@ -97,7 +95,6 @@ class LabelSmoothingLoss(_LossModule):
         super().__init__(reduction, epsilon=epsilon, convention=convention, weight=weight, ignore_index=ignore_index)
 
 
-
 class LogitNormLoss(_LossModule):
     """Module form of :func:`logit_norm_loss`."""
 
@@ -110,7 +107,6 @@ class LogitNormLoss(_LossModule):
         super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"), p=float(p), weight=weight, ignore_index=ignore_index)
 
 
-
 class EntropyRegLoss(_LossModule):
     """Module form of :func:`entropy_reg_loss`."""
 
@@ -121,7 +117,6 @@ class EntropyRegLoss(_LossModule):
         super().__init__(reduction, alpha=check_nonnegative(alpha, "alpha"), weight=weight, ignore_index=ignore_index)
 
 
-
 class BrierLoss(_LossModule):
     """Module form of :func:`brier_loss`."""
 
@@ -130,7 +125,6 @@ class BrierLoss(_LossModule):
     def __init__(self, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(reduction, weight=weight, ignore_index=ignore_index)
-
 
 
 class MMCELoss(_LossModule):
@@ -153,7 +147,6 @@ class MMCELoss(_LossModule):
         )
 
 
-
 class _GammaLoss(_LossModule):
     """A loss with one exponent ``gamma``; ``forward(..., gamma=t)`` overrides it per call."""
 
@@ -165,7 +158,6 @@ class _GammaLoss(_LossModule):
         return type(self)._fn(logits, targets, **hparams, reduction=self.reduction, **self._options())
 
 
-
 class FocalLoss(_GammaLoss):
     """Module form of :func:`focal_loss`; ``forward(logits, y, gamma=t)`` takes a per-sample γ."""
 
@@ -174,7 +166,6 @@ class FocalLoss(_GammaLoss):
     def __init__(self, gamma: float = 3.0, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
-
 
 
 class FLSD53Loss(_LossModule):
@@ -193,7 +184,6 @@ class FLSD53Loss(_LossModule):
             threshold=_check_unit(threshold, "threshold"), weight=weight, ignore_index=ignore_index)
 
 
-
 class DualFocalLoss(_GammaLoss):
     """Module form of :func:`dual_focal_loss`."""
 
@@ -202,7 +192,6 @@ class DualFocalLoss(_GammaLoss):
     def __init__(self, gamma: float = 5.0, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
-
 
 
 class InverseFocalLoss(_GammaLoss):
@@ -215,7 +204,6 @@ class InverseFocalLoss(_GammaLoss):
         super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
-
 class BSCELoss(_GammaLoss):
     """Module form of :func:`bsce_loss`."""
 
@@ -224,7 +212,6 @@ class BSCELoss(_GammaLoss):
     def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(gamma, reduction, norm=_u._check_norm(norm), weight=weight, ignore_index=ignore_index)
-
 
 
 class FocalGRALoss(_GammaLoss):
@@ -237,12 +224,10 @@ class FocalGRALoss(_GammaLoss):
         super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
-
 class FLSD53GRALoss(FLSD53Loss):
     """Module form of :func:`flsd53_gra_loss` (the settings of :class:`FLSD53Loss`)."""
 
     _fn = staticmethod(flsd53_gra_loss)
-
 
 
 class DualFocalGRALoss(_GammaLoss):
@@ -255,7 +240,6 @@ class DualFocalGRALoss(_GammaLoss):
         super().__init__(gamma, reduction, weight=weight, ignore_index=ignore_index)
 
 
-
 class BSCEGRALoss(_GammaLoss):
     """Module form of :func:`bsce_gra_loss`."""
 
@@ -264,7 +248,6 @@ class BSCEGRALoss(_GammaLoss):
     def __init__(self, gamma: float = 4.0, norm: float = 2.0, reduction: Reduction = "mean", *,
                  weight: Tensor | None = None, ignore_index: int = IGNORE_INDEX) -> None:
         super().__init__(gamma, reduction, norm=_u._check_norm(norm), weight=weight, ignore_index=ignore_index)
-
 
 
 class UncertaintyGRALoss(nn.Module):
@@ -278,7 +261,6 @@ class UncertaintyGRALoss(nn.Module):
 
     def forward(self, logits: Tensor, targets: Tensor) -> Tensor:
         return self._loss(logits, targets, reduction=self.reduction)
-
 
 
 class DECELoss(_LossModule):
@@ -295,7 +277,6 @@ class DECELoss(_LossModule):
     ) -> None:
         n_bins, bin_temperature, acc_temperature = _check_dece(n_bins, bin_temperature, acc_temperature)
         super().__init__(reduction, n_bins=n_bins, bin_temperature=bin_temperature, acc_temperature=acc_temperature)
-
 
 
 class CEDECELoss(_LossModule):
@@ -321,7 +302,6 @@ class CEDECELoss(_LossModule):
         )
 
 
-
 class SECELoss(_LossModule):
     """Module form of :func:`sece_loss`."""
 
@@ -329,7 +309,6 @@ class SECELoss(_LossModule):
 
     def __init__(self, bandwidth: float = 0.01, reduction: Reduction = "mean") -> None:
         super().__init__(reduction, bandwidth=check_positive(bandwidth, "bandwidth"))
-
 
 
 class CESECELoss(_LossModule):

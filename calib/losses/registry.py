@@ -61,15 +61,12 @@ _REGISTRY: dict[str, tuple[Callable[..., Tensor], type[nn.Module]]] = {
 }
 
 
-
 _BATCH_LEVEL = frozenset({"mmce", "dece", "ce_dece", "sece", "ce_sece"})
-
 
 
 def names() -> list[str]:
     """The registry names, sorted."""
     return sorted(_REGISTRY)
-
 
 
 def _lookup(name: str) -> tuple[Callable[..., Tensor], type[nn.Module]]:
@@ -80,18 +77,15 @@ def _lookup(name: str) -> tuple[Callable[..., Tensor], type[nn.Module]]:
     return _REGISTRY[name]
 
 
-
 def functional(name: str) -> Callable[..., Tensor]:
     """The functional form of a registered loss (``functional("focal") is focal_loss``)."""
     return _lookup(name)[0]
-
 
 
 def is_batch_level(name: str) -> bool:
     """True for objectives whose value depends on the whole batch (MMCE, DECE, SECE)."""
     _lookup(name)
     return name in _BATCH_LEVEL
-
 
 
 def make(name: str, **kwargs: object) -> nn.Module:
@@ -110,7 +104,6 @@ def make(name: str, **kwargs: object) -> nn.Module:
             f"it accepts: {', '.join(accepted)}"
         )
     return cls(**kwargs)
-
 
 
 # =========================================================================== analysis

@@ -13,7 +13,6 @@ from .._checks import ArrayLike, as_tensor, check_nonnegative, check_probs
 WeightFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-
 @dataclass(frozen=True)
 class Derivation:
     """An ordered chain of named sympy objects, displayed as aligned LaTeX in a notebook.
@@ -40,10 +39,8 @@ class Derivation:
         return f"{self.title}\n{body}"
 
 
-
 def _symbols_by_name(expr: sp.Basic) -> dict[str, sp.Symbol]:
     return {s.name: s for s in expr.free_symbols}
-
 
 
 def _check_gamma(gamma: float, name: str = "gamma", minimum: float = 0.0) -> float:
@@ -51,7 +48,6 @@ def _check_gamma(gamma: float, name: str = "gamma", minimum: float = 0.0) -> flo
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
     return value
-
 
 
 def _check_unit(x: ArrayLike, name: str, *, open_interval: bool = False) -> np.ndarray:
@@ -67,7 +63,6 @@ def _check_unit(x: ArrayLike, name: str, *, open_interval: bool = False) -> np.n
         interval = "(0, 1)" if open_interval else "[0, 1]"
         raise ValueError(f"{name} must lie in {interval}; got values in [{arr.min():.4g}, {arr.max():.4g}]")
     return arr
-
 
 
 def _check_distribution(x: ArrayLike, name: str, *, positive: bool = False) -> torch.Tensor:

@@ -18,7 +18,6 @@ def _brier_sides(p: Sequence[sp.Expr], eta: Sequence[sp.Expr]) -> tuple[sp.Expr,
     return expected, rhs
 
 
-
 def brier_identity(num_classes: int) -> Derivation:
     """Lin et al. 2024, Eq. 12 for a fixed ``K``: ``E_{y~eta} ||p - y||^2 = ||p - eta||^2 + sum eta_k (1 - eta_k)``.
 
@@ -44,7 +43,6 @@ def brier_identity(num_classes: int) -> Derivation:
     )
 
 
-
 def brier_identity_coordinate() -> Derivation:
     """Lin et al. 2024, App. 8, one coordinate at a time: the proof for every ``K`` at once.
 
@@ -59,7 +57,6 @@ def brier_identity_coordinate() -> Derivation:
         "Brier identity per coordinate (Lin et al. 2024, App. 8)",
         {"expected": expected, "rhs": rhs, "residual": sp.expand(expected - rhs)},
     )
-
 
 
 def brier_identity_indexed() -> Derivation:
@@ -90,7 +87,6 @@ def brier_identity_indexed() -> Derivation:
     )
 
 
-
 def expected_brier(p: ArrayLike, eta: ArrayLike) -> torch.Tensor:
     """``E_{y~eta} ||p - y||^2 = sum_j eta_j ||p - e_j||^2`` per row, float64 (Lin et al. 2024, Eq. 12, left)."""
     pt = _check_distribution(p, "p")
@@ -100,7 +96,6 @@ def expected_brier(p: ArrayLike, eta: ArrayLike) -> torch.Tensor:
     eye = torch.eye(pt.shape[1], dtype=torch.float64)
     dist = ((pt[:, None, :] - eye[None, :, :]) ** 2).sum(-1)  # (N, K): ||p - e_j||^2
     return (et * dist).sum(1)
-
 
 
 def brier_decomposition(p: ArrayLike, eta: ArrayLike) -> dict[str, torch.Tensor]:
@@ -118,7 +113,6 @@ def brier_decomposition(p: ArrayLike, eta: ArrayLike) -> dict[str, torch.Tensor]
     if pt.shape != et.shape:
         raise ValueError(f"p and eta must have the same shape, got {tuple(pt.shape)} and {tuple(et.shape)}")
     return {"distance_to_eta": ((pt - et) ** 2).sum(1), "irreducible": (et * (1 - et)).sum(1)}
-
 
 
 def monte_carlo_brier(p: ArrayLike, eta: ArrayLike, n_samples: int, *, seed: int = 0) -> torch.Tensor:

@@ -47,7 +47,6 @@ def bernoulli_inequality_proof() -> Derivation:
     )
 
 
-
 def bernoulli_gap(p: ArrayLike, gamma: float) -> np.ndarray:
     """``(1 - p)^gamma - (1 - gamma p)`` on a grid: non-negative for ``gamma >= 1`` (Bernoulli)."""
     arr = _check_unit(p, "p")
@@ -55,12 +54,10 @@ def bernoulli_gap(p: ArrayLike, gamma: float) -> np.ndarray:
     return (1.0 - arr) ** g - (1.0 - g * arr)
 
 
-
 def entropy(probs: ArrayLike) -> torch.Tensor:
     """Shannon entropy ``H(p) = -sum_k p_k log p_k`` of each row (``0 log 0 = 0``), float64."""
     p = _check_distribution(probs, "probs")
     return -torch.special.xlogy(p, p).sum(dim=1)
-
 
 
 def kl_divergence(q: ArrayLike, p: ArrayLike) -> torch.Tensor:
@@ -70,7 +67,6 @@ def kl_divergence(q: ArrayLike, p: ArrayLike) -> torch.Tensor:
     if qt.shape != pt.shape:
         raise ValueError(f"q and p must have the same shape, got {tuple(qt.shape)} and {tuple(pt.shape)}")
     return (torch.special.xlogy(qt, qt) - torch.special.xlogy(qt, pt)).sum(dim=1)
-
 
 
 def focal_bound_chain(q: ArrayLike, p: ArrayLike, gamma: float) -> dict[str, torch.Tensor]:
@@ -108,7 +104,6 @@ def focal_bound_chain(q: ArrayLike, p: ArrayLike, gamma: float) -> dict[str, tor
     }
 
 
-
 def binary_focal_objective(x: ArrayLike, q: float, gamma: float) -> np.ndarray:
     """The binary focal objective of Mukhoti et al. 2020, App. A, Fig. A.1.
 
@@ -122,7 +117,6 @@ def binary_focal_objective(x: ArrayLike, q: float, gamma: float) -> np.ndarray:
     return -((1 - xs) ** g) * qv * np.log(xs) - xs**g * (1 - qv) * np.log1p(-xs)
 
 
-
 def binary_focal_stationarity() -> Derivation:
     """sympy: ``dF/dx`` for the binary focal objective, and its root ``x = q`` at ``gamma = 0``."""
     x, q = sp.symbols("x q", positive=True)
@@ -134,7 +128,6 @@ def binary_focal_stationarity() -> Derivation:
         "Binary focal optimum (Mukhoti et al. 2020, App. A, Fig. A.1)",
         {"objective": objective, "derivative": d_obj, "cross_entropy_roots": sp.FiniteSet(*ce_roots)},
     )
-
 
 
 def binary_focal_optimum(q: ArrayLike, gamma: float) -> np.ndarray:

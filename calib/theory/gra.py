@@ -44,7 +44,6 @@ def paper_lagrangian_optimum(num_classes: int = 3) -> Derivation:
     )
 
 
-
 def gra_fixed_point_derivation(num_classes: int = 3) -> Derivation:
     """The fixed point of gradient weighting when the weight uses the one-hot label.
 
@@ -82,7 +81,6 @@ def gra_fixed_point_derivation(num_classes: int = 3) -> Derivation:
     )
 
 
-
 def binary_gra_fixed_point_derivation() -> Derivation:
     """Binary case in closed form for ``u = ||q - e_y||_beta^gamma`` (and ``u_FL``).
 
@@ -107,7 +105,6 @@ def binary_gra_fixed_point_derivation() -> Derivation:
     )
 
 
-
 def gra_weight(name: str, **kwargs: float) -> WeightFn:
     """A weight ``u(probs, targets) -> (N,)`` from :mod:`calib.losses.uncertainty` by name.
 
@@ -128,7 +125,6 @@ def gra_weight(name: str, **kwargs: float) -> WeightFn:
     return lambda probs, targets: fn(probs, targets, **kwargs)
 
 
-
 def gra_label_weights(weight: WeightFn | str, q: ArrayLike, **weight_kwargs: float) -> torch.Tensor:
     """``u(q, e_k)`` for every class ``k`` (float64 ``(K,)``): the weight a sample with
     prediction ``q`` would get if its label were ``k`` (Lin et al. 2024, Eq. 9 with a one-hot label).
@@ -144,7 +140,6 @@ def gra_label_weights(weight: WeightFn | str, q: ArrayLike, **weight_kwargs: flo
     return _weights_per_class(fn, qt[0])
 
 
-
 def _weights_per_class(weight: WeightFn, q: torch.Tensor) -> torch.Tensor:
     K = q.shape[0]
     probs = q.unsqueeze(0).expand(K, K).contiguous()
@@ -152,7 +147,6 @@ def _weights_per_class(weight: WeightFn, q: torch.Tensor) -> torch.Tensor:
     if out.shape[0] != K:
         raise ValueError(f"weight must return one value per row, got shape {tuple(out.shape)} for {K} rows")
     return out
-
 
 
 def gra_fixed_point(eta: ArrayLike, weight: WeightFn | str, *, tol: float = 1e-11, **weight_kwargs: float) -> torch.Tensor:
@@ -203,7 +197,6 @@ def gra_fixed_point(eta: ArrayLike, weight: WeightFn | str, *, tol: float = 1e-1
     return torch.softmax(z, 0)
 
 
-
 def _check_sgd(steps: int, lr: float, momentum: float) -> tuple[int, float, float]:
     """Validated SGD settings: ``steps >= 1``, finite ``lr > 0``, ``0 <= momentum < 1``."""
     n_steps = check_positive_int(steps, "steps")
@@ -213,7 +206,6 @@ def _check_sgd(steps: int, lr: float, momentum: float) -> tuple[int, float, floa
     if mom >= 1:
         raise ValueError(f"momentum must be < 1, got {mom}")
     return n_steps, float(lr), mom
-
 
 
 def fit_constant_logits(
@@ -246,7 +238,6 @@ def fit_constant_logits(
         loss_fn(z.unsqueeze(0).expand(y.shape[0], K), y).backward()
         opt.step()
     return torch.softmax(z.detach(), 0)
-
 
 
 def fit_linear_logits(
@@ -289,7 +280,6 @@ def fit_linear_logits(
         loss_fn(model(xt), y).backward()
         opt.step()
     return model.requires_grad_(False)
-
 
 
 def simplex_slice(resolution: int, *, fixed: float = 0.1, num_classes: int = 4) -> tuple[torch.Tensor, np.ndarray]:

@@ -52,13 +52,11 @@ def gradient_factor_derivation() -> Derivation:
     )
 
 
-
 @lru_cache(maxsize=1)
 def _slope_numeric() -> Callable[[np.ndarray, float], np.ndarray]:
     d = gradient_factor_derivation()
     sym = _symbols_by_name(d["slope"])
     return sp.lambdify((sym["p"], sym["gamma"]), d["slope"], modules="numpy")
-
 
 
 def gradient_factor(p: ArrayLike, gamma: float) -> np.ndarray:
@@ -77,13 +75,11 @@ def gradient_factor(p: ArrayLike, gamma: float) -> np.ndarray:
     return (1 - ps) ** g - g * special.xlogy(ps, ps) * tail
 
 
-
 def gradient_factor_slope(p: ArrayLike, gamma: float) -> np.ndarray:
     """``dg/dp`` at ``p in (0, 1)``, evaluated from sympy's derivative (lambdified)."""
     ps = _check_unit(p, "p", open_interval=True)
     g = _check_gamma(gamma)
     return np.asarray(_slope_numeric()(ps, g), dtype=np.float64) * np.ones_like(ps)
-
 
 
 def gradient_factor_peak(gamma: float) -> float:
@@ -108,7 +104,6 @@ def gradient_factor_peak(gamma: float) -> float:
     return float(optimize.brentq(f, 1e-12, upper, xtol=1e-15, rtol=1e-14))
 
 
-
 def gradient_factor_unit_crossing(gamma: float) -> float:
     """The ``p > p_star`` where ``g(p, gamma) = 1``: above it, focal loss pushes less than CE."""
     g = _check_gamma(gamma)
@@ -117,7 +112,6 @@ def gradient_factor_unit_crossing(gamma: float) -> float:
     p0 = gradient_factor_peak(g)
     f = lambda x: float(gradient_factor(x, g)) - 1.0  # noqa: E731
     return float(optimize.brentq(f, p0, 1 - 1e-12, xtol=1e-15, rtol=1e-14))
-
 
 
 def true_logit_push_peak(gamma: float) -> float:
@@ -134,7 +128,6 @@ def true_logit_push_peak(gamma: float) -> float:
     res = optimize.minimize_scalar(lambda x: -float(gradient_factor([x], g)[0]) * (1 - x), bounds=(0.0, hi),
                                    method="bounded", options={"xatol": 1e-12})
     return float(res.x)
-
 
 
 def gradient_ratio(
@@ -163,7 +156,6 @@ def gradient_ratio(
         fn(zz, y).sum().backward()
         grads.append(zz.grad)
     return grads[0] / grads[1]
-
 
 
 def lambert_gamma_derivation() -> Derivation:
@@ -219,13 +211,11 @@ def lambert_gamma_derivation() -> Derivation:
     )
 
 
-
 @lru_cache(maxsize=1)
 def _lambert_gamma_expr() -> tuple[sp.Symbol, sp.Symbol, sp.Expr]:
     expr = lambert_gamma_derivation()["gamma_branch_k"].rhs
     sym = _symbols_by_name(expr)
     return sym["p_0"], sym["k"], expr
-
 
 
 def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np.ndarray:
@@ -251,7 +241,6 @@ def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np
     z = (1 - ps) * np.log1p(-ps) / (ps * np.log(ps))
     w = special.lambertw(-z * np.exp(-z), k=branch)
     return np.real(z + w) / np.log1p(-ps)
-
 
 
 def flsd53_gamma(p: ArrayLike) -> np.ndarray:

@@ -48,7 +48,6 @@ def temperature_sharpening_proof(num_classes: int = 3) -> Derivation:
     )
 
 
-
 def top_probability(logits: ArrayLike, t: float | ArrayLike = 1.0) -> torch.Tensor:
     """``max_k softmax(t z)_k`` per row (student report 2021, Thm 1; ``t = 1/T`` in temperature scaling)."""
     z = as_tensor(logits, "logits").to(torch.float64)
@@ -62,7 +61,6 @@ def top_probability(logits: ArrayLike, t: float | ArrayLike = 1.0) -> torch.Tens
     if tt.ndim == 1:
         tt = tt.unsqueeze(1)
     return torch.softmax(tt * z, dim=-1).max(-1).values
-
 
 
 def label_smoothing_identity(num_classes: int = 3) -> Derivation:
