@@ -4,7 +4,7 @@
 :mod:`calib.losses`, :mod:`calib.metrics`, :mod:`calib.models` and the trainer's core need.
 The other subpackages name their extra when a dependency is missing, in one line::
 
-    ModuleNotFoundError: calib.posthoc needs scipy, scikit-learn: pip install "torch-calib[posthoc]"
+    calib.posthoc needs scipy, scikit-learn: pip install "torch-calib[posthoc]"
 """
 from __future__ import annotations
 

@@ -252,7 +252,7 @@ def test_internal_links_resolve(source):
 
 
 # Input cells wrap (book/_static/calib.css); every other code or output block is shown
-# as it is, so its lines must fit: 88 characters (DESIGN.md §4).
+# as it is, so its lines must fit: 88 characters (CONTRIBUTING.md, "Chapters").
 CELL_INPUT = re.compile(r'(?s)<div class="cell_input docutils container">\s*'
                         r'<div class="highlight-[\w-]+ notranslate"><div class="highlight">'
                         r'<pre>.*?</pre>')

@@ -1,4 +1,4 @@
-"""Book style, read from the chapter sources (DESIGN.md §4; no build needed).
+"""Book style, read from the chapter sources (CONTRIBUTING.md, "Chapters"; no build needed).
 
 Every chapter names papers by author and year (never by a file number such as "004"),
 keeps code lines within 88 characters, refers to other chapters by link rather than by

@@ -1,4 +1,4 @@
-"""calib.losses: parity numbers (DESIGN.md §5), gradients, the GRA identity, numerics, bad input.
+"""calib.losses: parity numbers (CONTRIBUTING.md, "Conventions"), gradients, the GRA identity, numerics, bad input.
 
 Batch-level objectives (MMCE, DECE, SECE) are checked against naive loops written here from
 the papers' definitions, independently of the vectorised code.
@@ -112,7 +112,7 @@ def test_modules_forward_per_sample_gamma_and_repr():
     assert "gamma=4.0" in repr(L.make("bsce_gra")) and "norm=2.0" in repr(L.make("bsce_gra"))
 
 
-# =========================================================================== parity (DESIGN.md §5)
+# =========================================================================== parity (CONTRIBUTING.md, "Conventions")
 @pytest.mark.parametrize(
     "logits, p_y, gamma, loss", [([2.0, 0.0, 0.0], 0.78699, 3, 0.0023153), ([0.0, 0.5, 1.0], 0.18632, 5, 0.59929)]
 )
@@ -145,7 +145,7 @@ def test_dual_focal_tie_excludes_the_tied_class():
 )
 def test_bsce_parity(logits, target, weight, loss):
     x, y = T([logits]), T([target])
-    # DESIGN.md prints six decimals: agree to within rounding (5e-7) plus float32 error
+    # CONTRIBUTING.md prints six decimals: agree to within rounding (5e-7) plus float32 error
     assert U.u_gbs(x.softmax(1), y, 4.0, 2.0).item() == pytest.approx(weight, abs=1e-6)
     assert L.bsce_loss(x, y, gamma=4.0, norm=2.0, reduction="sum").item() == pytest.approx(loss, abs=1e-6)
     assert L.bsce_gra_loss(x, y, gamma=4.0, norm=2.0, reduction="sum").item() == pytest.approx(loss, abs=1e-6)
@@ -264,7 +264,7 @@ def test_gra_gradient_is_detached_weight_times_ce_gradient(name):
 
 def test_flsd53_gra_parity_derived_by_hand():
     """Logits [2, 0, 0], y = 0: p_y = e²/(e² + 2) = 0.786986 ≥ 0.2, so γ = 3 and
-    u = (1 − p_y)³ = 0.0096655; value u·CE = u·(−log p_y) = 0.0023153 (FLSD-53's value, DESIGN.md §5);
+    u = (1 − p_y)³ = 0.0096655; value u·CE = u·(−log p_y) = 0.0023153 (FLSD-53's value, CONTRIBUTING.md, "Conventions");
     gradient u·(p̂ − y) = u·(p_y − 1, (1 − p_y)/2, (1 − p_y)/2) = (−0.0020589, 0.0010294, 0.0010294).
     Logits [0, .5, 1], y = 0: p_y = 0.186324 < 0.2, so γ = 5, u = 0.356663, value 0.599290 and
     gradient u·(p̂ − y) = (−0.290208, 0.109565, 0.180643)."""

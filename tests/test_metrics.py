@@ -1,4 +1,4 @@
-"""calib.metrics: parity numbers (DESIGN.md section 5), torchmetrics parity, properties, bad input."""
+"""calib.metrics: parity numbers (CONTRIBUTING.md, "Conventions"), torchmetrics parity, properties, bad input."""
 from __future__ import annotations
 
 import math
@@ -58,7 +58,7 @@ def prob_data(draw, min_n: int = 1, max_n: int = 60):
     return p, y
 
 
-# ----------------------------------------------------------------------------- parity (DESIGN.md 5)
+# ----------------------------------------------------------------------------- parity (CONTRIBUTING.md, "Conventions")
 
 CONF = [0.25, 0.3, 0.5, 0.6, 1.0, 0.9]
 CORRECT = [0, 1, 1, 0, 1, 0]

@@ -49,7 +49,7 @@ def test_environment_yml_matches_pyproject():
 
 
 def test_pyproject_keeps_lower_bounds_for_torch():
-    """Colab keeps its own torch: no exact pins in the package metadata (DESIGN.md §4)."""
+    """Colab keeps its own torch: no exact pins in the package metadata (CONTRIBUTING.md, "Conventions")."""
     for req in pyproject_requirements():
         assert "==" not in req, f"{req}: exact pins belong in constraints.txt, not pyproject.toml"
     pins = (ROOT / "constraints.txt").read_text()

@@ -205,14 +205,14 @@ def test_gradient_factor_autograd_property(seed, gamma):
     np.testing.assert_allclose(ratio.numpy(), np.repeat(theory.gradient_factor(p_y, gamma)[:, None], 3, 1), rtol=1e-7, atol=1e-9)
 
 
-PEAKS = {1.0: 0.1353, 2.0: 0.1041, 3.0: 0.0855, 5.0: 0.0639}  # computed here; DESIGN.md rounds to .136/.104/.086/.064
+PEAKS = {1.0: 0.1353, 2.0: 0.1041, 3.0: 0.0855, 5.0: 0.0639}  # computed here; three decimals: .136/.104/.086/.064
 
 
 @pytest.mark.parametrize("gamma", sorted(PEAKS))
 def test_gradient_factor_peak_and_monotonicity(gamma):
     p0 = theory.gradient_factor_peak(gamma)
     assert p0 == pytest.approx(PEAKS[gamma], abs=1e-4)
-    assert abs(p0 - {1.0: 0.136, 2.0: 0.104, 3.0: 0.086, 5.0: 0.064}[gamma]) < 1e-3  # DESIGN.md figures
+    assert abs(p0 - {1.0: 0.136, 2.0: 0.104, 3.0: 0.086, 5.0: 0.064}[gamma]) < 1e-3  # the three-decimal figures
     rise = np.linspace(1e-6, p0, 500)[:-1]
     fall = np.linspace(p0, 1 - 1e-6, 2000)[1:]
     assert np.all(theory.gradient_factor_slope(rise, gamma) > 0)
@@ -362,7 +362,7 @@ def test_binary_gra_fixed_point_closed_form():
     sym = {s.name: s for s in d["q_1"].free_symbols}
     q1 = float(d["q_1"].subs({sym["eta_1"]: sp.Rational(4, 5), sym["gamma"]: 2}))
     assert q1 == pytest.approx(4 ** (1 / 3) / (1 + 4 ** (1 / 3)), abs=1e-12)
-    assert q1 == pytest.approx(0.614, abs=5e-4)  # DESIGN.md §6.4
+    assert q1 == pytest.approx(0.614, abs=5e-4)  # the GRA fixed point (chapter 7)
     assert "beta" not in sym  # the norm order drops out
 
 
@@ -432,7 +432,7 @@ def test_free_logits_settle_at_the_fixed_point():
 
 
 def test_linear_model_on_toy_data_settles_at_the_fixed_point_not_at_eta():
-    """DESIGN.md §6.4 on the 000 §4.3 toy data, where eta(x) is known.
+    """The GRA fixed point on the toy data of Lin et al. (2024) §4.3, where eta(x) is known.
 
     Two Gaussians with a shared covariance: log(eta_1/eta_2) is linear in x, and so is the
     binary GRA fixed point log(q_1/q_2) = log(eta_1/eta_2)/(1 + gamma). A linear model

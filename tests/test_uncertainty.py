@@ -25,7 +25,7 @@ def _random(n=12, k=5, scale=3.0, seed=0):
     return g.softmax(1), g.log_softmax(1), torch.randint(0, k, (n,), generator=gen)
 
 
-# ----------------------------------------------------------------- parity (DESIGN.md §5)
+# ----------------------------------------------------------------- parity (CONTRIBUTING.md, "Conventions")
 def test_u_gbs_parity_gamma4_beta2():
     p, _, y = _case([[2.0, 1.0, 0.0], [0.0, 1.0, 2.0]], [0, 1])
     assert torch.allclose(U.u_gbs(p, y, gamma=4.0, norm=2.0), T([0.032422, 1.042617], dtype=torch.float64), atol=2e-6)

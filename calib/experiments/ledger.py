@@ -45,7 +45,7 @@ ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
 THREADS = 1  # per process: the re-derivation test runs with the same count
 
-# Fashion-MNIST at the real CPU scale of the book (DESIGN.md §3): 10,000 training images,
+# Fashion-MNIST at the real CPU scale of the book (the book plan): 10,000 training images,
 # 5,000 held out for temperature scaling, the 10,000 test images; cnn5 (width 16, ~98k
 # parameters), SGD momentum 0.9, weight decay 5e-4, batch 128, 40 epochs with the learning
 # rate divided by 10 at 20 and 30; test metrics recorded every epoch.

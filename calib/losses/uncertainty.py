@@ -288,7 +288,7 @@ def u_gbs(
     """Generalised Brier score ``u_gBS = ‖p̂ − y‖_β^γ = (Σ_k |p̂_k − y_k|^β)^(γ/β)`` (Lin et al. 2024, Eq. 11).
 
     Lin et al. (2024) print Eq. 11 as ``Σ_i ‖p̂_i − y_i‖_β^γ``; read coordinate by coordinate that is
-    ``Σ_i |p̂_i − y_i|^γ``, in which β plays no role. We follow DESIGN.md §5 (and its parity
+    ``Σ_i |p̂_i − y_i|^γ``, in which β plays no role. We follow CONTRIBUTING.md's conventions (and their parity
     numbers): the β-norm of the whole vector ``p̂ − y``, raised to γ. The two readings agree
     for β = γ = 2 (the Brier score), the case Lin et al.'s analysis (Eq. 12) rests on.
 
