@@ -79,31 +79,13 @@ def mmce(
 ) -> Tensor:
     """Maximum mean calibration error of a batch (Kumar et al. 2018, §3-4), a 0-dim tensor.
 
-    With top-label confidence ``r_i = max_k p̂_ik``, correctness ``c_i = 1[argmax p̂_i = y_i]``
-    and the Laplacian kernel ``k(r, r') = exp(−|r − r'| / width)`` (width 0.4):
-
-    * ``weighted=False``: ``MMCE² = (1/m²) Σ_ij (c_i − r_i)(c_j − r_j) k(r_i, r_j)``;
-    * ``weighted=True`` (MMCE_w, the version Kumar et al. train with and Mukhoti et al.
-      (2020) use): with ``C`` the n correct and ``W`` the m − n wrong samples,
-      ``MMCE_w² = Σ_{C,C} (1−r_i)(1−r_j)k/n² + Σ_{W,W} r_i r_j k/(m−n)²
-      − 2 Σ_{C,W} (1−r_i) r_j k/(n(m−n))``; 0 when either group is empty.
-
-    Both are ``vᵀ K v`` for a vector ``v`` (``v_i = (c_i − r_i)/m``, resp. ``(1 − r_i)/n`` on
-    ``C`` and ``−r_i/(m − n)`` on ``W``): a squared RKHS norm, hence ≥ 0. Gradients flow
-    through the confidences, not through the correctness indicators.
-
-    ``normalization`` (default ``"paper"``: the definition above, the quantity Kumar et al.
-    define and bound; a measure should not depend on an implementation detail):
-
-    * ``"code"``: what the public code of Mukhoti et al. (2020), which Lin et al. (2024)
-      follow, computes. It averages each kernel block (dividing by n², (m−n)², n(m−n))
-      and then divides by the same counts again, so ``v_i = (1 − r_i)/n²`` on ``C`` and
-      ``−r_i/(m − n)²`` on ``W``: a smaller value whose size depends on the batch's
-      accuracy. The tuned λ = 2 of those papers acts on this value, so reproducing their
-      MMCE rows needs ``normalization="code"`` (``calib.experiments.papers.PAPER_LOSS_KWARGS``).
-      Their unweighted MMCE returns ``vᵀ K v`` without the square root; ``"code"`` does
-      the same for ``weighted=False``. (The code also adds 1e-5 to the denominators and
-      1e-10 under the root; those shifts are left out.)
+    With confidence ``r_i``, correctness ``c_i`` and the kernel ``k(r, r') = exp(−|r − r'| /
+    width)``, ``MMCE² = vᵀ K v``: ``v_i = (c_i − r_i)/m`` (``weighted=False``), or for MMCE_w
+    (``weighted=True``, what Kumar et al. and Mukhoti et al. (2020) train with) ``(1 − r_i)/n``
+    on the n correct and ``−r_i/(m − n)`` on the wrong samples, 0 if either group is empty.
+    Gradients flow through the confidences only. ``normalization="code"`` computes the
+    smaller value of Mukhoti et al.'s code, on which their λ = 2 was tuned (the book's loss
+    field guide, "Batch-level objectives").
     """
     x, y = _batch_rows(logits, targets, "mean")
     normalization = _check_normalization(normalization)
@@ -162,21 +144,11 @@ def dece(
 ) -> Tensor:
     """Differentiable ECE of a batch (Bohdal et al. 2021, §3.1), 0-dim.
 
-    DECE is the meta-objective of the CE-DECE baseline of Wang & Golebiowski (2024).
-
-    ``ECE = Σ_m |B_m|/N · |acc(B_m) − conf(B_m)|`` (15 bins) made differentiable in two places:
-
-    * **soft bins**: sample i belongs to bin m with weight ``o_im = softmax_m(h_im / τ_b)``,
-      ``h_im = Σ_{j≤m} (c_i − e_j)`` over the lower bin edges ``e_j = (j−1)/M`` (the soft
-      binning of deep neural decision trees that Bohdal et al. adopt): consecutive logits
-      differ by ``c_i − e_m``, so as τ_b → 0 this is the hard bin ``(e_m, e_m + 1/M]``;
-    * **soft accuracy** by the all-pairs soft rank of the true class,
-      ``rank_i = 1 + Σ_{k≠y} σ((p̂_ik − p̂_iy)/τ_a)`` and ``a_i = max(0, 2 − rank_i)``.
-
-    With ``|B_m| = Σ_i o_im`` and bin means weighted by ``o_im``,
-    ``DECE = (1/N) Σ_m |Σ_i o_im (a_i − c_i)|``. Defaults τ_b = 0.01 and τ_a = 0.01 are
-    those of Bohdal et al.'s code (which writes τ_a as a sigmoid scale of 100; it also
-    adds 1e-6 to every bin weight, which shifts the value by about 1e-6).
+    ``DECE = (1/N) Σ_m |Σ_i o_im (a_i − c_i)|`` with soft bin membership ``o_im =
+    softmax_m(Σ_{j≤m} (c_i − e_j) / τ_b)`` over the lower edges ``e_j = (j−1)/M`` and the
+    soft accuracy ``a_i = max(0, 2 − rank_i)``, ``rank_i = 1 + Σ_{k≠y} σ((p̂_ik − p̂_iy)/τ_a)``;
+    as τ_b, τ_a → 0 it is ECE with ``(lo, hi]`` bins. The meta-objective of the CE-DECE
+    baseline of Wang & Golebiowski (2024).
     """
     x, y = _batch_rows(logits, targets, "mean")
     return _dece_value(x, y, *_check_dece(n_bins, bin_temperature, acc_temperature))

@@ -46,11 +46,10 @@ paper is exact we follow it; where it is silent these are **our choices**:
    DARTS (Liu et al. 2019, Eq. 7-8). The MAML-style "first-order" shortcut (treat
    theta' as independent of phi) is *not* offered: SECE does not depend on phi directly
    (Wang & Golebiowski (2024), §3.3), so that shortcut gives a hypergradient of exactly zero.
-7. *Meta-optimiser*: Adam (Wang & Golebiowski (2024) cites Kingma & Ba but gives no learning rate), with Adam's
-   own default learning rate ``1e-3``. Note that ``tau = 0.01`` makes gamma move 100 times
-   faster than ``x~ W``: on chapter 8's Gaussian mixture 1e-3 drives the mean gamma far
-   from 1 (printed there), on the ledger's Fashion-MNIST CNN past 19 (sweep
-   ``wang2024_t1``), where 1e-4 keeps it between 0.03 and 2.3 (sweep ``gamma_net_lr``).
+7. *Meta-optimiser*: Adam (Wang & Golebiowski (2024) cites Kingma & Ba but gives no
+   learning rate), with Adam's own default ``1e-3``. With ``tau = 0.01`` gamma moves 100
+   times faster than ``x~ W``, so the learning rate matters: chapter 8 and the ledger's
+   ``gamma_net_lr`` sweep show how far the mean gamma travels at each.
 8. *BatchNorm in the look-ahead*: the backbone runs in its current mode on the
    meta-validation batch, with *copies* of its buffers, so the running statistics are
    updated only by the real training batch.
