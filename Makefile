@@ -11,12 +11,13 @@ ASSIGNMENTS := _build/assignments
 export CALIB_PROFILE ?= quick
 export PYTHONHASHSEED := 0
 
-.PHONY: all setup lab ledger audit book book-html assignments test test-unit test-unit-fast test-grading test-lane-smoke test-notebooks test-notebooks-and-book test-colab test-colab-colab test-colab-paper lint lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
+.PHONY: all setup lab ledger audit book book-html api assignments test test-unit test-unit-fast test-grading test-lane-smoke test-notebooks test-notebooks-and-book test-colab test-colab-colab test-colab-paper lint lint-workflows test-browser test-browser-only bench chromium fashion-mnist clean help
 
 all: setup
 
 help:
 	@echo "make book   build the book (executes every chapter) into $(HTML)"
+	@echo "make api    the API reference alone from the docstrings (seconds; no chapter runs)"
 	@echo "make lab    open the book's notebooks in JupyterLab from $(VENV) (readers; not run in CI)"
 	@echo "make test   ruff, unit/property/parity tests, nbval over every chapter, built-book browser check"
 	@echo "make test-colab  the colab and paper branches of every chapter in smoke mode on synthetic data"
@@ -67,6 +68,14 @@ book-html: $(STAMP) fashion-mnist
 	rm -rf $(HTML)
 	$(LIMIT) $(if $(CALIB_CLAIMS),CALIB_CLAIMS=$(CALIB_CLAIMS)) $(BIN)/jupyter-book build . --builder html -W --keep-going
 	@echo "book: open $(HTML)/index.html"
+
+# The API reference alone (book/api, autodoc over the docstrings, -W): seconds, no chapter runs.
+api: $(STAMP)
+	rm -rf _build/api
+	$(BIN)/python tools/api_book.py _build/api-config
+	$(BIN)/jupyter-book build . --config _build/api-config/_config.yml --toc _build/api-config/_toc.yml \
+		--path-output _build/api --builder html -W --keep-going
+	@echo "api: open _build/api/_build/html/book/api/index.html"
 
 # Unit tests first (fast failures); then, one core each, nbval over book/ at the quick
 # profile followed by the book build from nbval's run (book/conftest.py stores each passed

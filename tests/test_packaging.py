@@ -241,3 +241,18 @@ def test_make_lab_starts_as_this_user_and_serves_the_book(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+def test_make_api_builds_every_api_page_and_executes_nothing(tmp_path):
+    """`make api`: the API reference alone, from the docstrings, in seconds."""
+    import yaml
+
+    import api_book
+
+    api_book.write(tmp_path)
+    config = yaml.safe_load((tmp_path / "_config.yml").read_text())
+    toc = yaml.safe_load((tmp_path / "_toc.yml").read_text())
+    assert config["execute"]["execute_notebooks"] == "off"
+    pages = {toc["root"], *(c["file"] for c in toc["chapters"])}
+    assert pages == {f"book/api/{p.stem}" for p in (ROOT / "book" / "api").glob("*.md")}
+    assert "api:" in (ROOT / "Makefile").read_text()
