@@ -146,6 +146,15 @@ def test_numpy_and_mixed_precision_batches():
                                           abs=TOL)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("cls, fn, opts", PAIRS, ids=IDS)
+def test_cuda_batches_equal_cpu_function(cls, fn, opts):  # pragma: no cover - runs where a GPU is
+    z, y = logits_labels(400, 5, 10)
+    metric = cls(from_logits=True, **opts)
+    assert fed(metric, z.cuda(), y.cuda(), [100, 250]) == pytest.approx(fn(z.softmax(1), y, **opts),
+                                                                        abs=TOL)
+
+
 # ------------------------------------------------------------------ binary input
 
 
