@@ -47,6 +47,20 @@ Every binned estimator is one bin index per sample (:func:`bin_index`, ``torch.b
 against the edges) and one weighted bincount of the per-bin totals (:func:`bin_totals`):
 no Python loop over bins, bin counts or bootstrap resamples.
 
+Streaming
+---------
+Every metric that makes sense batch by batch has a class named after its function:
+:class:`Accuracy`, :class:`NLL`, :class:`BrierScore`, :class:`ECE`, :class:`MCE`,
+:class:`ClasswiseECE`, :class:`AdaECE`, :class:`SmoothECE`, :class:`SECE`,
+:class:`SECEHard` and :class:`L2CE` (bases :class:`StreamingMetric`), with
+``update(probs_or_logits, labels)``, ``compute()`` and ``reset()``, as torchmetrics'
+``Metric``. ``compute()`` equals the function on the concatenated batches, gathered over
+the ranks under ``torch.distributed``; ``from_logits=True`` takes logits, and a 1-D input
+is the probability of the positive class of a binary classifier (:func:`binary_probs`;
+top-label or positive-class meaning: :mod:`~calib.metrics.streaming`).
+:func:`adaece_from_confidence` and :func:`smooth_ece_from_confidence` measure forecasts
+that are not a top label, as :func:`bin_stats_from_confidence` does for the binned ECE.
+
 Validation
 ----------
 The metrics check their inputs' values (the contract above) by default; a call reads
@@ -57,13 +71,15 @@ Modules: :mod:`~calib.metrics._inputs` (validation, top label), :mod:`~calib.met
 (ECE, MCE, AdaECE, classwise ECE, reliability-diagram data), :mod:`~calib.metrics.scores`
 (accuracy, NLL, Brier and its decomposition), :mod:`~calib.metrics.smooth` (SECE, soft
 accuracy, smooth ECE), :mod:`~calib.metrics.debiased` (ℓ2 calibration error and its
-debiased estimate), :mod:`~calib.metrics.resample` (sweeps, bootstrap, summary).
+debiased estimate), :mod:`~calib.metrics.resample` (sweeps, bootstrap, summary),
+:mod:`~calib.metrics.streaming` (the streaming classes).
 """
 from __future__ import annotations
 
 from .binned import (
     BinStats,
     adaece,
+    adaece_from_confidence,
     bin_index,
     bin_stats,
     bin_stats_from_confidence,
@@ -74,8 +90,38 @@ from .binned import (
 )
 from .debiased import l2_ce, l2_ce_bias
 from .resample import FIG5_BINS, bootstrap_ci, ece_sweep, summary
-from .scores import NLL_EPS, accuracy, brier_decomposition, brier_score, forecast_groups, nll
-from .smooth import sece, sece_hard, sece_loss, smooth_ece, smooth_ece_bandwidth, soft_accuracy
+from .scores import (
+    NLL_EPS,
+    accuracy,
+    brier_decomposition,
+    brier_score,
+    forecast_groups,
+    nll,
+)
+from .smooth import (
+    sece,
+    sece_hard,
+    sece_loss,
+    smooth_ece,
+    smooth_ece_bandwidth,
+    smooth_ece_from_confidence,
+    soft_accuracy,
+)
+from .streaming import (
+    ECE,
+    L2CE,
+    MCE,
+    NLL,
+    SECE,
+    Accuracy,
+    AdaECE,
+    BrierScore,
+    ClasswiseECE,
+    SECEHard,
+    SmoothECE,
+    StreamingMetric,
+    binary_probs,
+)
 
 __all__ = [
     "accuracy",
@@ -105,4 +151,19 @@ __all__ = [
     "FIG5_BINS",
     "forecast_groups",
     "brier_decomposition",
+    "adaece_from_confidence",
+    "smooth_ece_from_confidence",
+    "binary_probs",
+    "StreamingMetric",
+    "Accuracy",
+    "NLL",
+    "BrierScore",
+    "ECE",
+    "MCE",
+    "ClasswiseECE",
+    "AdaECE",
+    "SmoothECE",
+    "SECE",
+    "SECEHard",
+    "L2CE",
 ]

@@ -91,6 +91,34 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs", *, validat
     return Checked(p, y, conf, pred.eq(y), stats, name, tol)
 
 
+def checked_confidence(confidence: ArrayLike, correct: ArrayLike, *,
+                       validate: bool = True) -> tuple[Tensor, Tensor]:
+    """``(confidence, correct)`` checked: a non-empty float ``(N,)`` in [0, 1] and 0/1 outcomes.
+
+    ``confidence`` (half precision promoted to float32, detached) and ``correct`` as booleans
+    on its device: the input of the ``*_from_confidence`` metrics, which measure forecasts
+    that are not the top label of a probability vector. ``validate=False`` skips the checks
+    of the values (not of the types and shapes).
+    """
+    c = as_tensor(confidence, "confidence")
+    if not c.is_floating_point():
+        raise TypeError(f"confidence must be floating point, got dtype {c.dtype}")
+    if c.dtype in (torch.float16, torch.bfloat16):
+        c = c.float()
+    if c.ndim != 1 or c.numel() == 0:
+        raise ValueError(f"confidence must be a non-empty 1-D array, got shape {tuple(c.shape)}")
+    if validate and (not bool(torch.isfinite(c).all()) or float(c.min()) < 0 or float(c.max()) > 1):
+        raise ValueError("confidence must be finite values in [0, 1]")
+    ok = as_tensor(correct, "correct")
+    if ok.is_floating_point():
+        raise TypeError(f"correct must be booleans or 0/1 integers, got dtype {ok.dtype}")
+    if ok.shape != c.shape:
+        raise ValueError(f"correct has shape {tuple(ok.shape)} but confidence has {tuple(c.shape)}")
+    if validate and bool(((ok != 0) & (ok != 1)).any()):
+        raise ValueError("correct must hold only 0/1 (or booleans)")
+    return c.detach(), ok.to(device=c.device).bool()
+
+
 def _raise_if_bad(stats: list[float], name: str, tol: float, k: int) -> None:
     low, high, lo, hi, y_lo, y_hi = stats
     if y_lo < 0 or y_hi >= k:

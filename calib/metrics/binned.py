@@ -13,8 +13,8 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .._checks import ArrayLike, as_tensor
-from ._inputs import check_closed, check_n_bins, checked, width
+from .._checks import ArrayLike
+from ._inputs import check_closed, check_n_bins, checked, checked_confidence, width
 
 Tensor = torch.Tensor
 Closed = Literal["right", "left"]
@@ -110,6 +110,22 @@ def adaece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, validate: b
     n_bins = check_n_bins(n_bins)
     c = checked(probs, labels, validate=validate)
     return c.result(_adaece_of(c.conf, c.correct, n_bins))[0]
+
+
+@torch.no_grad()
+def adaece_from_confidence(confidence: ArrayLike, correct: ArrayLike, n_bins: int = 15, *,
+                           validate: bool = True) -> float:
+    """:func:`adaece` of forecasts ``f_i`` with outcomes ``o_i`` that are not a top label.
+
+    ``(1/N) sum_m |sum_{i in B_m} (o_i - f_i)|`` over the same equal-mass bins of the
+    ``f_i`` (Mukhoti et al. (2020) section 2). ``confidence`` (N,) in [0, 1], ``correct``
+    (N,) booleans or 0/1 integers; ``adaece(p, y)`` equals it on the top label of ``p``
+    and, e.g., the probability of the positive class with ``y == 1`` is the positive-class
+    AdaECE of a binary classifier.
+    """
+    n_bins = check_n_bins(n_bins)
+    c, ok = checked_confidence(confidence, correct, validate=validate)
+    return float(_adaece_of(c, ok, n_bins))
 
 
 def _classwise_of(p: Tensor, y: Tensor, n_bins: int, closed: str) -> Tensor:
@@ -219,20 +235,5 @@ def bin_stats_from_confidence(
     skips the checks of the values.
     """
     n_bins, closed = check_n_bins(n_bins), check_closed(closed)
-    c = as_tensor(confidence, "confidence")
-    if not c.is_floating_point():
-        raise TypeError(f"confidence must be floating point, got dtype {c.dtype}")
-    if c.dtype in (torch.float16, torch.bfloat16):
-        c = c.float()
-    if c.ndim != 1 or c.numel() == 0:
-        raise ValueError(f"confidence must be a non-empty 1-D array, got shape {tuple(c.shape)}")
-    if validate and (not bool(torch.isfinite(c).all()) or float(c.min()) < 0 or float(c.max()) > 1):
-        raise ValueError("confidence must be finite values in [0, 1]")
-    ok = as_tensor(correct, "correct")
-    if ok.is_floating_point():
-        raise TypeError(f"correct must be booleans or 0/1 integers, got dtype {ok.dtype}")
-    if ok.shape != c.shape:
-        raise ValueError(f"correct has shape {tuple(ok.shape)} but confidence has {tuple(c.shape)}")
-    if validate and bool(((ok != 0) & (ok != 1)).any()):
-        raise ValueError("correct must hold only 0/1 (or booleans)")
-    return _stats(c.detach(), ok.to(device=c.device).bool(), n_bins, closed)
+    c, ok = checked_confidence(confidence, correct, validate=validate)
+    return _stats(c, ok, n_bins, closed)

@@ -6,7 +6,7 @@ import torch
 
 from .. import _checks
 from .._checks import ArrayLike, as_tensor, check_labels, check_positive
-from ._inputs import checked
+from ._inputs import checked, checked_confidence
 
 Tensor = torch.Tensor
 
@@ -228,3 +228,19 @@ def smooth_ece_bandwidth(probs: ArrayLike, labels: ArrayLike, *, validate: bool 
     c.verify()
     return _smooth_ece_fit(c.conf, c.correct, None)[1]
 
+
+
+@torch.no_grad()
+def smooth_ece_from_confidence(confidence: ArrayLike, correct: ArrayLike,
+                               bandwidth: float | None = None, *, validate: bool = True) -> float:
+    """:func:`smooth_ece` of forecasts ``f_i`` in [0, 1] with 0/1 outcomes ``y_i`` (Błasiok &
+    Nakkiran 2023): the same estimator, on ``confidence`` (N,) and ``correct`` (N,).
+
+    ``smooth_ece(p, y)`` equals it on the top label of ``p``; the probability of the
+    positive class with ``y == 1`` gives the positive-class smooth ECE of a binary
+    classifier (the setting of Błasiok & Nakkiran 2023, section 2).
+    """
+    if bandwidth is not None:
+        bandwidth = check_positive(bandwidth, "bandwidth")
+    c, ok = checked_confidence(confidence, correct, validate=validate)
+    return _smooth_ece_fit(c, ok, bandwidth)[0]
