@@ -229,7 +229,6 @@ def smooth_ece_bandwidth(probs: ArrayLike, labels: ArrayLike, *, validate: bool 
     return _smooth_ece_fit(c.conf, c.correct, None)[1]
 
 
-
 @torch.no_grad()
 def smooth_ece_from_confidence(confidence: ArrayLike, correct: ArrayLike,
                                bandwidth: float | None = None, *, validate: bool = True) -> float:
