@@ -2,10 +2,14 @@
 
 For every master notebook in ``book/assignments/``: ``otter assign`` builds the student
 notebook and the autograder zip (``tools/build_assignments.py``), then ``otter run``
-grades (a) the reference solution: full marks; (b) the blank student notebook: below
+grades, every submission saved as ``student.ipynb`` as an LMS renames it, (a) the
+reference solution: full marks, and no cell raises (Assignment 1 through the
+instructors page's commands, run as written); (b) the blank student notebook: below
 half; (c) one notebook per typical wrong answer, made from the solution by substituting
-the wrong line into its solution cell: the hidden test written to catch that mistake
-fails and its points are lost. The book's copies in ``book/coursework/`` must match a
+the wrong line into its solution cell (answers that call calib for the function they
+must write among them): the hidden test written to catch that mistake fails and its
+points are lost. Mistakes in different cells share one notebook (``alongside``), one
+kernel. A notebook whose setup raises must come back as a failed grading, not a score. The book's copies in ``book/coursework/`` must match a
 fresh build and hold no solution and no hidden test.
 
 Each grading starts a kernel (about 10-30 s on two busy cores); the cases are separate
@@ -41,6 +45,7 @@ class Mistake(NamedTuple):
     new: str
     question: str
     test: str  # the hidden test function meant to catch it
+    alongside: str = ""  # graded in the notebook of that mistake (one kernel for both)
 
 
 MISTAKES: dict[str, dict[str, Mistake]] = {
@@ -53,6 +58,21 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
             "def ece(", "total += in_bin.mean() * gap", "total += gap / len(np.unique(idx))",
             "q1_ece", "test_weighted_by_bin_size",
         ),
+        "reliability bins [lo, hi)": Mistake(
+            "def reliability_bins(", 'conf, side="left")', 'conf, side="right")',
+            "q2_bins", "test_edges_go_to_the_bin_below", alongside="[lo, hi) bins",
+        ),
+        "ece from calib.metrics": Mistake(
+            "def ece(", "    probs = np.asarray(probs, dtype=np.float64)\n    labels",
+            "    return metrics.ece(probs, labels, n_bins=n_bins)\n    labels",
+            "q1_ece", "test_weighted_by_bin_size",
+        ),
+        "reliability bins from calib.metrics": Mistake(
+            "def reliability_bins(", "    probs = np.asarray(probs, dtype=np.float64)\n",
+            "    ref = metrics.bin_stats(probs, labels, n_bins=n_bins)\n"
+            "    return ref.counts, ref.accuracy, ref.confidence\n",
+            "q2_bins", "test_matches_reference", alongside="ece from calib.metrics",
+        ),
     },
     "a2_focal_loss": {
         "log(softmax) overflows": Mistake(
@@ -61,7 +81,14 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
         ),
         "missing (1 - p)^gamma": Mistake(
             "def focal_loss(", "(-((1 - p) ** gamma) * log_p)", "(-log_p)",
-            "q1_focal", "test_matches_calib",
+            "q1_focal", "test_matches_reference",
+        ),
+        "peak from calib.theory": Mistake(
+            "def find_peak(", "    res = optimize.minimize_scalar(",
+            "    p = theory.gradient_factor_peak(gamma)\n"
+            "    return p, float(theory.gradient_factor(p, gamma))\n"
+            "    res = optimize.minimize_scalar(",
+            "q3_peak", "test_peak_value", alongside="missing (1 - p)^gamma",
         ),
     },
     "a3_temperature_scaling": {
@@ -74,7 +101,12 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
         "T fitted on probabilities": Mistake(
             "def fit_temperature_nll(", "F.cross_entropy(z / log_t.exp(), y)",
             "F.cross_entropy(torch.softmax(z, dim=1) / log_t.exp(), y)",
-            "q1_nll", "test_matches_calib",
+            "q1_nll", "test_matches_reference",
+        ),
+        "last of tied minima": Mistake(
+            "def fit_temperature_grid(", "grid[int(np.argmin(scores))]",
+            "grid[len(scores) - 1 - int(np.argmin(scores[::-1]))]",
+            "q2_grid", "test_first_of_tied_minima", alongside="T fitted on the test split",
         ),
     },
     "a5_post_hoc_calibration": {
@@ -86,12 +118,24 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
         ),
         "no per-class shift": Mistake(
             "def fit_vector_scaling(", "F.cross_entropy(z * w + b, y)", "F.cross_entropy(z * w, y)",
-            "q1_fit", "test_matches_calib",
+            "q1_fit", "test_matches_reference",
         ),
     },
     "a4_gradient_weighting": {
         "weight not detached": Mistake(
             "def bsce_gra_loss(", "(weight.detach() * ce)", "(weight * ce)",
+            "q1_loss", "test_gradient_is_detached",
+        ),
+        "fixed point of plain CE": Mistake(
+            "def expected_gradient(", "    loss = eta * bsce_gra_loss(row, torch.tensor([0]))\n"
+            "    loss = loss + (1 - eta) * bsce_gra_loss(row, torch.tensor([1]))",
+            "    loss = eta * F.cross_entropy(row, torch.tensor([0]))\n"
+            "    loss = loss + (1 - eta) * F.cross_entropy(row, torch.tensor([1]))",
+            "q3_fixed_point", "test_fixed_point", alongside="weight not detached",
+        ),
+        "loss from calib.losses": Mistake(
+            "def bsce_gra_loss(", "    probs = torch.softmax(logits, dim=1)\n",
+            "    return losses.bsce_gra_loss(logits, targets, gamma=gamma, norm=norm)\n",
             "q1_loss", "test_gradient_is_detached",
         ),
     },
@@ -100,7 +144,14 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
 NAMES = [m.stem for m in ba.masters()]
 CASES = [pytest.param(n, c, id=f"{n[:2]}-{c}") for c in ("solution", "blank") for n in NAMES]
 CASES += [pytest.param(n, m, id=f"{n[:2]}-{m}", marks=pytest.mark.grading)
-          for n in NAMES for m in MISTAKES.get(n, {})]
+          for n in NAMES for m, mistake in MISTAKES.get(n, {}).items() if not mistake.alongside]
+# the file name every LMS gives a submission: never the assignment's own
+SUBMISSION = "student.ipynb"
+
+
+def riding_with(name: str, case: str) -> dict[str, Mistake]:
+    """The mistakes graded in the notebook of ``case``: itself and those ``alongside`` it."""
+    return {label: m for label, m in MISTAKES.get(name, {}).items() if case in (label, m.alongside)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -117,24 +168,25 @@ class Graded(NamedTuple):
     scores: dict[str, tuple[float, float]]  # question -> (score, max)
     failed: dict[str, set[int]]  # question -> numbers (1-based) of the failed test cases
     output: str
+    errors: str  # what calib.coursework.SetupErrors reported: cells that raised, or ""
+    results: dict  # results.json as written
 
 
-def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path, *, debug: bool = False) -> Graded:
-    """``otter run -a zip notebook`` with this tree's calib at the quick profile.
-
-    ``debug=True`` stops at the first cell that raises (otter ignores errors otherwise).
-    """
-    out.mkdir(parents=True, exist_ok=True)
+def grading_env() -> dict[str, str]:
+    """This tree's calib at the quick profile, one thread, as ``make test`` grades."""
     env = {**os.environ, "CALIB_PROFILE": "quick", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+    env["PATH"] = os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")])
     env.pop("CALIB_SMOKE", None)
-    cmd = [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(notebook)]
-    cmd[4:4] = ["--debug"] if debug else []
-    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out, timeout=600)
-    results = out / "results.json"
-    assert results.is_file(), f"otter run wrote no results:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return env
+
+
+def read_results(results: pathlib.Path, log: str = "") -> Graded:
+    """The scores, failed test cases and reported errors of an ``otter run`` results.json."""
+    assert results.is_file(), f"otter run wrote no results:\n{log[-6000:]}"
+    data = json.loads(results.read_text())
     scores, failed, text = {}, {}, []
-    for test in json.loads(results.read_text())["tests"]:
+    for test in data["tests"]:
         if "max_score" not in test or test.get("max_score") is None:
             continue
         name = test["name"]
@@ -142,7 +194,15 @@ def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path, *, 
         body = test.get("output", "")
         text.append(body)
         failed[name] = {int(n) for n, mark in re.findall(rf"{name} - (\d+) result:\s*(\S)", body) if mark != "✅"}
-    return Graded(scores, failed, "\n".join(text))
+    return Graded(scores, failed, "\n".join(text), data.get("output", ""), data)
+
+
+def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path) -> Graded:
+    """``otter run -a zip -o out notebook``, as the instructors page runs it."""
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(notebook)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=grading_env(), cwd=out, timeout=600)
+    return read_results(out / "results.json", done.stdout + done.stderr)
 
 
 def cases_of(built_dir: pathlib.Path, question: str) -> list[tuple[str, float, bool]]:
@@ -163,41 +223,108 @@ def with_mistake(solution: dict, mistake: Mistake) -> dict:
     return nb
 
 
+def page_blocks() -> list[str]:
+    """The bash blocks of the instructors page, in order."""
+    return re.findall(r"```bash\n(.*?)```", (ba.COURSEWORK / "instructors.md").read_text(), re.S)
+
+
+def grade_as_the_page_says(b: pathlib.Path, where: pathlib.Path) -> Graded:
+    """Run the page's one-submission recipe as written, on the solution saved as alice.ipynb.
+
+    The page names ``_build/assignments`` (what ``make assignments`` writes) and
+    ``submissions/alice.ipynb``; both are laid out in ``where``, and the block runs there
+    with ``otter`` from this venv.
+    """
+    (where / "_build").mkdir(parents=True)
+    (where / "_build" / "assignments").symlink_to(b.parent, target_is_directory=True)
+    (where / "submissions").mkdir()
+    (where / "submissions" / "alice.ipynb").write_text((b / "autograder" / f"{b.name}.ipynb").read_text())
+    block = next(blk for blk in page_blocks() if "otter run" in blk and "for nb in" not in blk)
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], capture_output=True, text=True,
+                          env=grading_env(), cwd=where, timeout=600)
+    assert done.returncode == 0, f"the page's grading recipe failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return read_results(where / "results" / "alice" / "results.json", done.stdout + done.stderr)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name,case", CASES)
 def test_autograder(name, case, build_dir, tmp_path):
     b = built(name, build_dir)
     zip_path = ba.autograder_zip(b)
     solution_path = b / "autograder" / f"{name}.ipynb"
-    if case == "solution":
-        notebook = solution_path
-    elif case == "blank":
-        notebook = b / "student" / f"{name}.ipynb"
+    # every submission under another name than the assignment's, as an LMS renames it
+    notebook = tmp_path / SUBMISSION
+    mistakes = {}
+    if case == "solution" and name == NAMES[0]:
+        graded = grade_as_the_page_says(b, tmp_path / "page")
     else:
-        mistake = MISTAKES[name][case]
-        notebook = tmp_path / f"{name}.ipynb"
-        notebook.write_text(ba.dumps(with_mistake(json.loads(solution_path.read_text()), mistake)))
-    # the reference solution must also run top to bottom without an error
-    graded = grade(zip_path, notebook, tmp_path / "out", debug=case == "solution")
+        if case == "solution":
+            nb = json.loads(solution_path.read_text())
+        elif case == "blank":
+            nb = json.loads((b / "student" / f"{name}.ipynb").read_text())
+        else:
+            nb = json.loads(solution_path.read_text())
+            mistakes = riding_with(name, case)
+            for mistake in mistakes.values():
+                nb = with_mistake(nb, mistake)
+        notebook.write_text(ba.dumps(nb))
+        graded = grade(zip_path, notebook, tmp_path / "out")
     total = sum(s for s, _ in graded.scores.values())
     possible = sum(m for _, m in graded.scores.values())
     print(f"{name} / {case}: {total:g}/{possible:g}", {q: s for q, (s, _) in graded.scores.items()})
+    assert "SETUP FAILED" not in graded.errors, graded.errors
     assert possible > 0 and set(graded.scores) == {p.stem for p in (b / "autograder" / "tests").glob("*.py")}
 
     if case == "solution":
+        # full marks, and every cell ran without an error
         assert total == possible, f"reference solution scored {total}/{possible}:\n{graded.output}"
+        assert not graded.errors, f"cells of the reference solution raised:\n{graded.errors}"
     elif case == "blank":
         assert total < possible / 2, f"blank notebook scored {total}/{possible}"
     else:
-        cases = cases_of(b, mistake.question)
-        number = [fn for fn, _, _ in cases].index(mistake.test) + 1
-        points = cases[number - 1][1]
-        score, most = graded.scores[mistake.question]
-        assert cases[number - 1][2], f"{mistake.test} is meant to be a hidden test"
-        assert number in graded.failed[mistake.question], (
-            f"{case}: {mistake.question} test {number} ({mistake.test}) passed:\n{graded.output}"
-        )
-        assert score <= most - points, f"{case}: {mistake.question} scored {score}/{most}"
+        assert total < possible
+        for label, mistake in mistakes.items():
+            cases = cases_of(b, mistake.question)
+            number = [fn for fn, _, _ in cases].index(mistake.test) + 1
+            points = cases[number - 1][1]
+            score, most = graded.scores[mistake.question]
+            assert cases[number - 1][2], f"{mistake.test} is meant to be a hidden test"
+            assert number in graded.failed[mistake.question], (
+                f"{label}: {mistake.question} test {number} ({mistake.test}) passed:\n{graded.output}"
+            )
+            assert score <= most - points, f"{label}: {mistake.question} scored {score}/{most}"
+
+
+@pytest.mark.slow
+@pytest.mark.grading
+def test_a_notebook_whose_setup_fails_is_reported_not_quietly_scored(build_dir, tmp_path):
+    """A setup cell that raises (here a missing name, as a lost notebook file once did)."""
+    name = "a2_focal_loss"
+    b = built(name, build_dir)
+    nb = json.loads((b / "autograder" / f"{name}.ipynb").read_text())
+    setup = [c for c in nb["cells"] if "from calib import" in "".join(c["source"])]
+    assert len(setup) == 1
+    setup[0]["source"] = "".join(setup[0]["source"]).replace("from calib import", "from calib import nothing,")
+    (tmp_path / SUBMISSION).write_text(ba.dumps(nb))
+    graded = grade(ba.autograder_zip(b), tmp_path / SUBMISSION, tmp_path / "out")
+    names = [t.get("name") for t in graded.results["tests"]]
+    assert "Autograder Failed" in names and graded.results["score"] == 0, graded.results
+    detail = next(t["output"] for t in graded.results["tests"] if t.get("name") == "Autograder Exception")
+    assert "setup raised an error" in detail and "ImportError" in detail, detail
+
+
+def test_the_page_loop_makes_each_output_folder(tmp_path):
+    """The page's loop over a folder, with otter stubbed: it makes each -o folder first."""
+    (tmp_path / "submissions").mkdir()
+    for who in ("alice", "bob"):
+        (tmp_path / "submissions" / f"{who}.ipynb").write_text("{}")
+    loop = next(blk for blk in page_blocks() if "for nb in" in blk)
+    stub = 'otter() { [ -d "${@: -2:1}" ] || { echo "missing ${@: -2:1}"; exit 2; }; echo "$@" >> calls; }\n'
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", "AG=ag.zip\n" + stub + loop],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert calls == [f"run -a ag.zip -o results/{w} submissions/{w}.ipynb" for w in ("alice", "bob")]
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -206,6 +333,10 @@ def test_every_listed_mistake_targets_a_hidden_test(name, build_dir):
     solution = json.loads((b / "autograder" / f"{name}.ipynb").read_text())
     for label, mistake in MISTAKES.get(name, {}).items():
         with_mistake(solution, mistake)  # the substitution applies exactly once
+        if mistake.alongside:  # shares a notebook: a host of its own, in another cell
+            host = MISTAKES[name][mistake.alongside]
+            assert not host.alongside and host.cell != mistake.cell, label
+            with_mistake(with_mistake(solution, host), mistake)
         hidden = {fn for fn, _, h in cases_of(b, mistake.question) if h}
         assert mistake.test in hidden, f"{label}: {mistake.test} is not a hidden test of {mistake.question}"
 
@@ -270,3 +401,50 @@ def test_student_notebook_follows_the_chapter_conventions(name):
     keys = set(re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text()))
     cited = {k.strip() for group in re.findall(r"\{cite[pt]?\}`([^`]+)`", text) for k in group.split(",")}
     assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_notebooks_find_no_file_by_name_and_the_setup_downloads_only_public_tests(name):
+    """otter.Notebook() takes no file name, so a renamed submission or a Colab copy grades."""
+    import sync_setup_cells
+
+    master = (ba.MASTERS / f"{name}.ipynb").read_text()
+    assert "otter.Notebook()" in master and f"otter.Notebook(\\\"{name}" not in master
+    assert "calib.coursework.SetupErrors" in master and "requirements: requirements.txt" in master
+    published = sorted(p.name for p in (ba.COURSEWORK / name / "tests").glob("*.py"))
+    assert sorted(sync_setup_cells.public_tests(name)) == published
+    cell = sync_setup_cells.setup_source(assignment=name)
+    assert "git clone" not in cell and "copytree" not in cell
+    assert f'"{sync_setup_cells.install_source(extra="course")}"' in cell
+
+
+def test_autograder_requirements_install_calib_on_cpu_torch_and_otter_is_pinned():
+    import sync_setup_cells
+
+    reqs = (ba.MASTERS / "requirements.txt").read_text()
+    assert reqs == sync_setup_cells.autograder_requirements(), "run python tools/sync_setup_cells.py"
+    lines = [l for l in reqs.splitlines() if l and not l.startswith("#")]
+    assert "--index-url https://download.pytorch.org/whl/cpu" in lines
+    assert any(l.startswith("torch-calib[course] @ https://github.com/") and l.endswith(".tar.gz") for l in lines)
+    import tomllib
+    from importlib.metadata import version
+
+    course = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["course"]
+    assert [c for c in course if c.startswith("otter")] == ["otter-grader~=7.0.0"]  # one release line
+    assert f"otter-grader=={version('otter-grader')}" in (ROOT / "constraints.txt").read_text()
+
+
+def test_autograder_zip_carries_the_requirements(build_dir):
+    """The zip's environment.yml: python, otter pinned to the builder, calib and CPU torch."""
+    import zipfile
+
+    b = built(NAMES[0], build_dir)
+    env = zipfile.ZipFile(ba.autograder_zip(b)).read("environment.yml").decode()
+    from importlib.metadata import version
+
+    assert f"otter-grader[grading,plugins]=={version('otter-grader')}" in env
+    for line in (ba.MASTERS / "requirements.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            assert line in env, f"{line!r} missing from the zip's environment.yml"
+    config = json.loads(zipfile.ZipFile(ba.autograder_zip(b)).read("otter_config.json"))
+    assert "calib.coursework.SetupErrors" in config["plugins"]

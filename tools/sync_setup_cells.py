@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import re
 import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -50,43 +51,106 @@ def repository_branch() -> str:
     return _repository_field("branch") or "main"
 
 
-def install_source(url: str | None = None, ref: str | None = None) -> str:
-    """The pip requirement the setup cell installs: ``torch-calib[all] @ git+URL@REF``.
+def install_source(url: str | None = None, ref: str | None = None, extra: str = "all") -> str:
+    """The pip requirement a setup cell installs: ``torch-calib[EXTRA] @ git+URL@REF``.
 
-    The ``all`` extra brings what the chapters import beyond the core (sympy, matplotlib,
-    scipy, pandas, ...); Colab has most of it already, so pip adds little.
+    ``all`` brings what the chapters import beyond the core (sympy, matplotlib, scipy,
+    pandas, ...; Colab has most of it already); ``course`` adds otter-grader to it.
     """
-    return f"torch-calib[all] @ git+{url or repository_url()}@{ref or repository_branch()}"
+    return f"torch-calib[{extra}] @ git+{url or repository_url()}@{ref or repository_branch()}"
+
+
+def raw_url(url: str | None = None, ref: str | None = None) -> str:
+    """Where the repository's files are served as plain text: GitHub's raw host at ``ref``."""
+    url = (url or repository_url()).rstrip("/")
+    match = re.fullmatch(r"https://github\.com/([\w.-]+)/([\w.-]+?)(\.git)?", url)
+    if match is None:
+        raise ValueError(f"repository.url must be a https://github.com/OWNER/NAME address, got {url!r}")
+    return f"https://raw.githubusercontent.com/{match[1]}/{match[2]}/{ref or repository_branch()}"
+
+
+def archive_url(url: str | None = None, ref: str | None = None) -> str:
+    """GitHub's tarball of the repository at ``ref``: pip builds calib from it without git."""
+    url = (url or repository_url()).rstrip("/").removesuffix(".git")
+    return f"{url}/archive/{ref or repository_branch()}.tar.gz"
+
+
+def public_tests(assignment: str) -> list[str]:
+    """The public test files of an assignment: its questions with a test not marked hidden.
+
+    Read from the master ``book/assignments/<assignment>.ipynb`` (otter assign writes a
+    student test file for exactly these questions).
+    """
+    master = ROOT / "book" / "assignments" / f"{assignment}.ipynb"
+    if not master.is_file():
+        raise FileNotFoundError(f"no master notebook {master}")
+    files, question, in_tests = [], None, False
+    for cell in json.loads(master.read_text())["cells"]:
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "raw" and src.startswith("# BEGIN QUESTION"):
+            question = re.search(r"^name:\s*(\S+)", src, re.M)[1]
+        elif cell["cell_type"] == "raw" and src.strip() in ("# BEGIN TESTS", "# END TESTS"):
+            in_tests = src.strip() == "# BEGIN TESTS"
+        elif in_tests and cell["cell_type"] == "code" and "hidden: true" not in src:
+            if f"{question}.py" not in files:
+                files.append(f"{question}.py")
+    return files
 
 
 def assignment_setup_source(assignment: str, url: str | None = None, ref: str | None = None) -> str:
     """The setup cell of the coursework notebook ``assignment``.
 
-    It also installs the ``course`` extra (otter-grader) and copies the assignment's
-    public tests (``book/coursework/<assignment>/tests``) next to the notebook, where
-    ``otter.Notebook`` looks for them; the clone is of the same branch (or ``ref``).
+    In Colab it pip-installs calib with the ``course`` extra (otter-grader) from the
+    same branch (or ``ref``), and downloads the assignment's *public* test files
+    (``book/coursework/<assignment>/tests``) next to the notebook, where
+    ``otter.Notebook`` looks for them. Nothing else of the repository reaches the
+    runtime's disk: no clone, so no master notebook and no hidden test.
     """
-    url = url or repository_url()
-    ref = ref or repository_branch()
+    requirement = install_source(url, ref, extra="course")
+    files = ", ".join(f'"{f}"' for f in public_tests(assignment))
     return (
-        f"{MARKER} installs calib and otter-grader and fetches this assignment's\n"
-        "# public tests; elsewhere it does nothing.\n"
+        f"{MARKER} installs calib and otter-grader and downloads this\n"
+        "# assignment's public tests; elsewhere it does nothing.\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        "    import shutil\n"
+        "    import os\n"
         "    import subprocess\n"
+        "    import urllib.request\n"
         "\n"
-        f'    repo, ref = "{url}", "{ref}"\n'
-        f'    src, tests = "/content/calib", "book/coursework/{assignment}/tests"\n'
-        '    clone = ["git", "clone", "-q", "--depth", "1", "--branch", ref, repo, src]\n'
-        '    pip = [sys.executable, "-m", "pip", "install", "-q", f"{src}[course]"]\n'
-        "    if subprocess.run(clone).returncode or subprocess.run(pip).returncode:\n"
+        f'    SOURCE = "{requirement}"\n'
+        f'    RAW = "{raw_url(url, ref)}"\n'
+        f'    TESTS = f"{{RAW}}/book/coursework/{assignment}/tests"\n'
+        f"    FILES = [{files}]\n"
+        '    pip = [sys.executable, "-m", "pip", "install", "-q", SOURCE]\n'
+        "    try:\n"
+        "        if subprocess.run(pip).returncode != 0:\n"
+        '            raise OSError(f"pip could not install {SOURCE}")\n'
+        '        os.makedirs("tests", exist_ok=True)\n'
+        "        for name in FILES:\n"
+        '            urllib.request.urlretrieve(f"{TESTS}/{name}", f"tests/{name}")\n'
+        "    except OSError as err:\n"
         "        raise SystemExit(\n"
-        '            "Could not fetch or install calib (the message is above). "\n'
+        '            f"Setup failed: {err} (any message from pip is above). "\n'
         '            "Check that this runtime is online, then run this cell again."\n'
-        "        )\n"
-        '    shutil.copytree(f"{src}/{tests}", "tests", dirs_exist_ok=True)'
+        "        ) from None"
+    )
+
+
+def autograder_requirements(url: str | None = None, ref: str | None = None) -> str:
+    """``book/assignments/requirements.txt``: what an autograder zip installs to grade.
+
+    otter generate adds ``otter-grader[grading,plugins]==<its version>`` itself; these
+    lines add calib (with the course extra) from a tarball of the book's branch (no git
+    needed in the grading image) and a CPU build of torch, so ``otter grade`` (Docker) and Gradescope can run every cell.
+    """
+    return (
+        "# Written by tools/sync_setup_cells.py from _config.yml: the grading environment\n"
+        "# of the coursework's autograder zips. otter generate adds the otter-grader pin.\n"
+        "--index-url https://download.pytorch.org/whl/cpu\n"
+        "--extra-index-url https://pypi.org/simple\n"
+        "torch>=2.1\n"
+        f"torch-calib[course] @ {archive_url(url, ref)}\n"
     )
 
 
@@ -156,5 +220,9 @@ if __name__ == "__main__":
     args = parser.parse_args()
     changed = [p.name for p in pages() if sync(p, args.ref)]
     changed += [p.name for p in assignments() if sync(p, args.ref, assignment=p.stem)]
+    reqs = ROOT / "book" / "assignments" / "requirements.txt"
+    if not reqs.is_file() or reqs.read_text() != autograder_requirements(ref=args.ref):
+        reqs.write_text(autograder_requirements(ref=args.ref))
+        changed.append(str(reqs.relative_to(ROOT)))
     print("updated: " + (", ".join(changed) if changed else "nothing"))
     sys.exit(0)
