@@ -161,3 +161,44 @@ def test_the_circle_finder_sees_a_circle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": set()}) == []
     assert "calib.train.trainer" not in _runtime_imports(ROOT / "train" / "progress.py")
+
+
+# Shared internals every layer may use: the input checks and the optional-dependency guard.
+SHARED_PRIVATE = {"calib._checks", "calib._optional"}
+
+
+def _private_imports(source: str, module: str, is_package: bool) -> list[tuple[int, str, str]]:
+    """(line, source module, name) for every ``from X import _name`` in ``source``."""
+    package = module.split(".") if is_package else module.split(".")[:-1]
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ImportFrom):
+            base = package[: len(package) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else [])) if node.level else node.module
+            found += [(node.lineno, target, a.name) for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+def _subpackage(module: str) -> str:
+    return ".".join(module.split(".")[:2])
+
+
+def test_no_private_name_crosses_a_subpackage():
+    """A ``_name`` is internal to its subpackage: other subpackages use public names."""
+    bad = []
+    for path in MODULES:
+        me = _module_name(path)
+        for line, target, name in _private_imports(path.read_text(), me, path.name == "__init__.py"):
+            if target + "." + name in SHARED_PRIVATE or target in SHARED_PRIVATE:
+                continue
+            if _subpackage(target) != _subpackage(me):
+                bad.append(f"{me} line {line}: {target}.{name}")
+    assert not bad, "private names imported across subpackages:\n" + "\n".join(bad)
+
+
+def test_the_private_import_check_sees_a_crossing():
+    found = _private_imports("from ..metrics.smooth import _fit\nfrom ._core import _ce\n",
+                             "calib.losses.batch", is_package=False)
+    assert found == [(1, "calib.metrics.smooth", "_fit"), (2, "calib.losses._core", "_ce")]
+    assert _subpackage("calib.metrics.smooth") != _subpackage("calib.losses.batch")

@@ -207,3 +207,14 @@ def test_cuda_syncs_once():  # pragma: no cover - runs where a GPU is present
             torch.cuda.set_sync_debug_mode(0)
         syncs = [str(w.message) for w in caught if "synchroniz" in str(w.message)]
         assert len(syncs) == 1, (name, syncs)
+
+
+def test_smooth_ece_from_confidence_reads_float_outcomes_as_their_probabilities():
+    """With E[y | f] known, the population smooth ECE: outcomes y_i = eta_i, here f - 0.1."""
+    from calib.metrics import smooth_ece_from_confidence
+
+    torch.manual_seed(0)
+    f = torch.rand(2000, dtype=torch.float64) * 0.5 + 0.5
+    assert smooth_ece_from_confidence(f, f - 0.1) == pytest.approx(0.1, abs=1e-9)
+    with pytest.raises(ValueError, match="correct"):
+        smooth_ece_from_confidence(f, f + 0.6)

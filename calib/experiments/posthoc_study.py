@@ -44,7 +44,6 @@ from torch import Tensor
 from .. import evidence, metrics, posthoc, profile
 from .._checks import ArrayLike, check_labels, check_logits, check_positive_int
 from ..data.toy import gaussian_mixture
-from ..metrics.smooth import _smooth_ece_fit
 
 __all__ = [
     "default_calibrators",
@@ -374,7 +373,7 @@ def true_binary_errors(temperature: float, *, scale: float = 3.0, n_reference: i
                                         scale, seed, None if means is None else torch.as_tensor(means))
     gap = eta_top - c
     return {"ECE": float(gap.abs().mean()), "l2 CE": float(gap.pow(2).mean().sqrt()),
-            "smooth ECE": _smooth_ece_fit(c, eta_top, None)[0]}
+            "smooth ECE": metrics.smooth_ece_from_confidence(c, eta_top)}
 
 
 def estimator_bias(

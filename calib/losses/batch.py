@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ..metrics.smooth import _soft_accuracy
+from ..metrics import soft_accuracy
 from .._checks import (
     ArrayLike,
     check_nonnegative,
@@ -119,7 +119,7 @@ def mmce_loss(
 def _dece_value(x: Tensor, y: Tensor, n_bins: int, bin_temperature: float, acc_temperature: float) -> Tensor:
     p = F.softmax(x, dim=1)
     conf = p.max(dim=1).values
-    acc = _soft_accuracy(p, y, acc_temperature)  # all-pairs soft accuracy, shared with SECE
+    acc = soft_accuracy(p, y, acc_temperature)  # all-pairs soft accuracy, shared with SECE
     # soft binning: bin m has logit Σ_{j≤m} (c − e_j)/τ_b over the lower edges e_j = (j − 1)/M
     edges = torch.arange(n_bins, device=x.device, dtype=x.dtype) / n_bins
     member = F.softmax(torch.cumsum(conf[:, None] - edges, dim=1) / bin_temperature, dim=1)

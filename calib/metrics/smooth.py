@@ -237,9 +237,19 @@ def smooth_ece_from_confidence(confidence: ArrayLike, correct: ArrayLike,
 
     ``smooth_ece(p, y)`` equals it on the top label of ``p``; the probability of the
     positive class with ``y == 1`` gives the positive-class smooth ECE of a binary
-    classifier (the setting of Błasiok & Nakkiran 2023, section 2).
+    classifier (the setting of Błasiok & Nakkiran 2023, section 2). A floating ``correct``
+    in [0, 1] is read as the probability of each outcome (``E[y_i]``), which gives the
+    population value when the true posterior is known.
     """
     if bandwidth is not None:
         bandwidth = check_positive(bandwidth, "bandwidth")
+    outcome = as_tensor(correct, "correct")
+    if outcome.is_floating_point():  # probabilities of the outcomes, checked as forecasts are
+        c = checked_confidence(confidence, torch.zeros(outcome.shape, dtype=torch.bool),
+                               validate=validate)[0]
+        eta = outcome.detach().to(c.device)
+        if validate and not bool(((eta >= 0) & (eta <= 1)).all()):
+            raise ValueError("correct given as probabilities must lie in [0, 1]")
+        return _smooth_ece_fit(c, eta, bandwidth)[0]
     c, ok = checked_confidence(confidence, correct, validate=validate)
     return _smooth_ece_fit(c, ok, bandwidth)[0]
