@@ -46,7 +46,10 @@ def _file(root: Path, chapter: str, offset: int, threads: int) -> Path:
 def _execute(chapter: str, offset: int, threads: int, book: Path, record: Path) -> tuple[str, float]:
     env = {**os.environ, "CALIB_PROFILE": "quick", "CALIB_SEED_OFFSET": str(offset),
            "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
-           "CALIB_AUDIT_FILE": str(record), "CALIB_PROGRESS": "0"}
+           "CALIB_AUDIT_FILE": str(record), "CALIB_PROGRESS": "0",
+           # OpenMP threads sleep instead of spinning at a barrier: on a shared machine a
+           # spinning two-thread run took five times its CPU time (the numbers are the same)
+           "OMP_WAIT_POLICY": "PASSIVE"}
     env.pop("CALIB_SMOKE", None)
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [sys.executable, "-m", "jupyter", "nbconvert", "--to", "notebook", "--execute",
