@@ -3,9 +3,9 @@
 =================  ==========================================================================
 ``vision``         ``load(name, ...)``: Fashion-MNIST, CIFAR-10/100, SVHN, Tiny-ImageNet from
                    their on-disk formats (and the toy data by name); train/val splits,
-                   ``train_size`` subsets
-``idx``            Fashion-MNIST's IDX files: a strict reader, the folders searched
-                   (``$CALIB_DATA``, Debian's ``dataset-fashion-mnist``, ``data/``), the download
+                   ``train_size`` subsets; the downloads where the network allows
+``idx``            Fashion-MNIST's IDX files: a strict reader and writer, the folders searched
+                   (``$CALIB_DATA``, Debian's ``dataset-fashion-mnist``, ``data/``)
 ``predictions``    ``cifar_predictions(name)``: softmax outputs of WRN-16-4, DenseNet-BC-100 and
                    LeNet-5 on the CIFAR test sets (netcal's records, Apache-2.0), in float16
 ``toy``            Gaussian mixture with the true posterior eta(x); scikit-learn's bundled digits
