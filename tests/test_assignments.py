@@ -123,6 +123,27 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
             "q1_fit", "test_matches_reference",
         ),
     },
+    "a6_training_and_evidence": {
+        "classwise K from the labels": Mistake(
+            "def classwise_ece(", "n, k = p.shape", "n, k = len(p), int(y.max()) + 1",
+            "q1_classwise", "test_classes_absent_from_labels",
+        ),
+        "T fitted on the test split": Mistake(
+            "rows = []", 'T = fit_temperature(r["val_logits"], r["val_labels"])',
+            'T = fit_temperature(r["test_logits"], r["test_labels"])',
+            "q3_table", "test_fitted_on_validation", alongside="classwise K from the labels",
+        ),
+        "temperature from calib.posthoc": Mistake(
+            "def fit_temperature(", "    z = torch.as_tensor(logits, dtype=torch.float64)\n",
+            "    from calib import posthoc\n"
+            "    return posthoc.TemperatureScaling().fit(logits, labels).temperature\n",
+            "q2_temperature", "test_matches_reference", alongside="classwise K from the labels",
+        ),
+        "Welch's test, not paired": Mistake(
+            "def paired_verdict(", "paired=True", "paired=False",
+            "q4_verdict", "test_paired_test", alongside="classwise K from the labels",
+        ),
+    },
     "a4_gradient_weighting": {
         "weight not detached": Mistake(
             "def bsce_gra_loss(", "(weight.detach() * ce)", "(weight * ce)",
