@@ -19,19 +19,32 @@ Two tools keep an autograder honest:
     naming the cell and its error, instead of a quiet low score. Errors in later cells
     are listed in the results' ``output`` and graded as usual.
 
+:class:`ManualQuestions`
+    An otter-grader plugin configured with the assignment's written questions and their
+    points (``calib.coursework.ManualQuestions: {q4_explain: 2}``). otter 7.0 leaves
+    manual questions out of ``results.json``; the plugin adds one entry per question,
+    score 0 of its points and marked as waiting for the instructor, with the answer as
+    submitted, so the grading output lists every point of the assignment.
+
 Only the coursework's tests and the grading environment use this module; it needs
 ``otter-grader`` (the ``course`` extra) for the plugin alone.
 """
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
 FORBIDDEN = ("calib.metrics", "calib.losses", "calib.theory", "calib.posthoc")
+# what every manual entry of the grading output says after its name
+MANUAL = "written answer, graded by hand"
+# what otter assign puts in a written answer's cell of the student notebook
+PLACEHOLDER = "_Type your answer here, replacing this text._"
 
-__all__ = ["FORBIDDEN", "library_calls", "setup_errors", "SetupErrors"]
+__all__ = ["FORBIDDEN", "MANUAL", "library_calls", "setup_errors", "manual_answers",
+           "ManualQuestion", "ManualQuestions", "SetupErrors"]
 
 
 def _package_dirs(modules: Iterable[str]) -> dict[str, str]:
@@ -163,3 +176,118 @@ class SetupErrors(AbstractOtterPlugin):  # type: ignore[misc,valid-type]
 
     def generate_report(self) -> str:
         return self._report
+
+
+def manual_answers(notebook: dict) -> list[str]:
+    """The written answers of a notebook: its markdown answer cells, in order.
+
+    otter assign tags the cell where a student writes the answer to a manual question
+    ``otter_answer_cell``; code answers are code cells, written answers markdown ones.
+    In the reference solution otter follows the blank answer cell with the model answer
+    (tagged ``otter_assign_solution_cell``), which then stands for it. HTML comments
+    (otter's question markers) are left out.
+    """
+    cells = notebook.get("cells") if isinstance(notebook, dict) else getattr(notebook, "cells", None)
+    if cells is None:
+        raise TypeError("notebook must be a notebook (a dict with 'cells')")
+    found: list[str] = []
+    after_blank = False
+    for cell in cells:
+        tags = cell.get("metadata", {}).get("tags", [])
+        source = cell.get("source", "")
+        text = re.sub(r"<!--.*?-->", "", "".join(source) if isinstance(source, list) else source,
+                      flags=re.S).strip()
+        if cell.get("cell_type") == "markdown" and "otter_answer_cell" in tags:
+            found.append(text)
+            after_blank = text == PLACEHOLDER
+            continue
+        if cell.get("cell_type") == "markdown" and "otter_assign_solution_cell" in tags and after_blank:
+            found[-1] = text
+        after_blank = False
+    return found
+
+
+class ManualQuestion:
+    """A manual question in otter's results: 0 of ``points`` until the instructor grades it.
+
+    Stands beside otter's test files in ``GradingResults.results`` and answers what
+    otter asks of them (``score``, ``possible``, ``summary``, ...), so ``results.json``
+    carries an entry ``{"name", "score": 0, "max_score": points, "output"}`` whose output
+    says it waits for the instructor and quotes the answer as submitted.
+    """
+
+    all_or_nothing = False
+    test_cases: list = []
+    test_case_results: list = []
+
+    def __init__(self, name: str, points: float, answer: str | None = None) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"name must be a question's name, got {name!r}")
+        if isinstance(points, bool) or not isinstance(points, (int, float)) or not points > 0:
+            raise ValueError(f"points of {name} must be a number > 0, got {points!r}")
+        self.name, self.path, self.points, self.answer = name, "", points, answer
+        self._score: float | None = None
+
+    @property
+    def score(self) -> float:
+        return 0 if self._score is None else self._score
+
+    @property
+    def possible(self) -> float:
+        return self.points
+
+    def update_score(self, new_score: float) -> None:
+        self._score = new_score
+
+    passed_all = passed_all_public = all_public = True
+
+    def summary(self, public_only: bool = False) -> str:
+        head = f"{self.name}: {MANUAL} ({self.points:g} points), not scored by the autograder"
+        if public_only:
+            return head
+        if self.answer is None:
+            return head + "; read the answer in the notebook."
+        if not self.answer or self.answer == PLACEHOLDER:
+            return head + "; no answer was written."
+        return head + ". The answer as submitted:\n\n" + self.answer[:4000]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"score": self.score, "possible": self.possible, "name": self.name,
+                "path": self.path, "manual": True, "answer": self.answer}
+
+
+class ManualQuestions(AbstractOtterPlugin):  # type: ignore[misc,valid-type]
+    """Otter plugin: the written questions in the grading output, beside the automatic ones.
+
+    Its configuration maps each manual question to its points, in the notebook's order
+    (the assignment config's ``plugins`` entry ``calib.coursework.ManualQuestions:
+    {q4_explain: 2}``). After grading it adds a :class:`ManualQuestion` per question to
+    the results; the k-th written answer of the notebook (:func:`manual_answers`) is
+    quoted under the k-th question when the notebook holds one per question.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if AbstractOtterPlugin is object:
+            raise ImportError('ManualQuestions needs otter-grader: pip install "torch-calib[course]"')
+        super().__init__(*args, **kwargs)
+        config = self.plugin_config or {}
+        if not isinstance(config, dict):
+            raise ValueError(f"ManualQuestions needs {{question: points}}, got {config!r}")
+        self.questions = {str(k): v for k, v in config.items()}
+        for name, points in self.questions.items():
+            ManualQuestion(name, points)  # checks the configuration when the zip is built
+
+    def after_grading(self, results: Any) -> None:
+        answers: list[str | None] = [None] * len(self.questions)
+        if results.notebook is not None:
+            found = manual_answers(results.notebook)
+            if len(found) == len(self.questions):
+                answers = list(found)
+        for (name, points), answer in zip(self.questions.items(), answers):
+            results.results[name] = ManualQuestion(name, points, answer)
+
+    def generate_report(self) -> str:
+        if not self.questions:
+            return ""
+        listed = ", ".join(f"{q} ({p:g} points)" for q, p in self.questions.items())
+        return f"Written answers to grade by hand, scored 0 until then: {listed}."

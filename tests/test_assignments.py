@@ -30,6 +30,8 @@ from typing import NamedTuple
 
 import pytest
 
+from calib.coursework import MANUAL
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import build_assignments as ba  # noqa: E402
@@ -121,6 +123,27 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
             "q1_fit", "test_matches_reference",
         ),
     },
+    "a6_training_and_evidence": {
+        "classwise K from the labels": Mistake(
+            "def classwise_ece(", "n, k = p.shape", "n, k = len(p), int(y.max()) + 1",
+            "q1_classwise", "test_classes_absent_from_labels",
+        ),
+        "T fitted on the test split": Mistake(
+            "rows = []", 'T = fit_temperature(r["val_logits"], r["val_labels"])',
+            'T = fit_temperature(r["test_logits"], r["test_labels"])',
+            "q3_table", "test_fitted_on_validation", alongside="classwise K from the labels",
+        ),
+        "temperature from calib.posthoc": Mistake(
+            "def fit_temperature(", "    z = torch.as_tensor(logits, dtype=torch.float64)\n",
+            "    from calib import posthoc\n"
+            "    return posthoc.TemperatureScaling().fit(logits, labels).temperature\n",
+            "q2_temperature", "test_matches_reference", alongside="classwise K from the labels",
+        ),
+        "Welch's test, not paired": Mistake(
+            "def paired_verdict(", "paired=True", "paired=False",
+            "q4_verdict", "test_paired_test", alongside="classwise K from the labels",
+        ),
+    },
     "a4_gradient_weighting": {
         "weight not detached": Mistake(
             "def bsce_gra_loss(", "(weight.detach() * ce)", "(weight * ce)",
@@ -170,6 +193,7 @@ class Graded(NamedTuple):
     output: str
     errors: str  # what calib.coursework.SetupErrors reported: cells that raised, or ""
     results: dict  # results.json as written
+    manual: dict[str, tuple[float, float]]  # written question -> (score, max), from ManualQuestions
 
 
 def grading_env() -> dict[str, str]:
@@ -185,16 +209,19 @@ def read_results(results: pathlib.Path, log: str = "") -> Graded:
     """The scores, failed test cases and reported errors of an ``otter run`` results.json."""
     assert results.is_file(), f"otter run wrote no results:\n{log[-6000:]}"
     data = json.loads(results.read_text())
-    scores, failed, text = {}, {}, []
+    scores, failed, text, manual = {}, {}, [], {}
     for test in data["tests"]:
         if "max_score" not in test or test.get("max_score") is None:
             continue
         name = test["name"]
+        if test.get("output", "").startswith(f"{name}: {MANUAL}"):
+            manual[name] = (float(test["score"]), float(test["max_score"]))
+            continue
         scores[name] = (float(test["score"]), float(test["max_score"]))
         body = test.get("output", "")
         text.append(body)
         failed[name] = {int(n) for n, mark in re.findall(rf"{name} - (\d+) result:\s*(\S)", body) if mark != "✅"}
-    return Graded(scores, failed, "\n".join(text), data.get("output", ""), data)
+    return Graded(scores, failed, "\n".join(text), data.get("output", ""), data, manual)
 
 
 def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path) -> Graded:
@@ -274,11 +301,15 @@ def test_autograder(name, case, build_dir, tmp_path):
     print(f"{name} / {case}: {total:g}/{possible:g}", {q: s for q, (s, _) in graded.scores.items()})
     assert "SETUP FAILED" not in graded.errors, graded.errors
     assert possible > 0 and set(graded.scores) == {p.stem for p in (b / "autograder" / "tests").glob("*.py")}
+    # the written questions beside the automatic ones: 0 of their points, for the instructor
+    assert graded.manual == {q: (0.0, p) for q, p in manual_questions(name).items()}, graded.manual
 
     if case == "solution":
         # full marks, and every cell ran without an error
         assert total == possible, f"reference solution scored {total}/{possible}:\n{graded.output}"
         assert not graded.errors, f"cells of the reference solution raised:\n{graded.errors}"
+        quoted = [t["output"] for t in graded.results["tests"] if t["name"] in graded.manual]
+        assert all("The answer as submitted:" in q for q in quoted), quoted
     elif case == "blank":
         assert total < possible / 2, f"blank notebook scored {total}/{possible}"
     else:
@@ -341,6 +372,55 @@ def test_every_listed_mistake_targets_a_hidden_test(name, build_dir):
         assert mistake.test in hidden, f"{label}: {mistake.test} is not a hidden test of {mistake.question}"
 
 
+def _master_cells(name: str) -> list[dict]:
+    return json.loads((ba.MASTERS / f"{name}.ipynb").read_text())["cells"]
+
+
+def manual_questions(name: str) -> dict[str, float]:
+    """The master's written questions (``manual: true``) and their points, in order."""
+    import yaml
+
+    found = {}
+    for cell in _master_cells(name):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "raw" and src.startswith("# BEGIN QUESTION"):
+            config = yaml.safe_load(src)
+            if config.get("manual"):
+                found[config["name"]] = float(config["points"])
+    return found
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_manual_questions_are_in_the_grading_output_config(name):
+    """The ManualQuestions plugin lists exactly the master's written questions and points."""
+    import yaml
+
+    config = yaml.safe_load("".join(_master_cells(name)[0]["source"]))
+    plugins = {next(iter(p)) if isinstance(p, dict) else p: (p[next(iter(p))] if isinstance(p, dict) else {})
+               for p in config.get("plugins", [])}
+    want = manual_questions(name)
+    if want:
+        listed = plugins.get("calib.coursework.ManualQuestions")
+        assert listed is not None, f"{name} has written questions but no ManualQuestions plugin"
+        assert {q: float(p) for q, p in listed.items()} == want and list(listed) == list(want)
+    else:
+        assert "calib.coursework.ManualQuestions" not in plugins
+
+
+def test_the_instructors_page_lists_every_manual_question():
+    """The page's table of written questions: one row per manual question, with its points."""
+    page = (ba.COURSEWORK / "instructors.md").read_text()
+    rows = re.findall(r"^\| (\d+) \| Question (\d+) \(`(\w+)`\) \| ([\d.]+) \| .+\|$", page, re.M)
+    listed = {(int(a), q, float(p)) for a, _, q, p in rows}
+    want = {(int(n[1:n.index("_")]), q, p) for n in NAMES for q, p in manual_questions(n).items()}
+    assert want and listed == want, f"page: {sorted(listed)}, masters: {sorted(want)}"
+    for a, number, q, _ in rows:  # "Question N" is the question's own number
+        assert q.startswith(f"q{number}_"), (a, number, q)
+    for n in NAMES:  # every assignment on the page and in the table of contents
+        assert f"{{doc}}`{n}/{n}`" in page, f"{n} is missing from the instructors page"
+        assert f"book/coursework/{n}/{n}" in (ROOT / "_toc.yml").read_text(), f"{n} not in _toc.yml"
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_book_copy_is_up_to_date(name, build_dir):
     b = built(name, build_dir)
@@ -397,7 +477,8 @@ def test_student_notebook_follows_the_chapter_conventions(name):
     long = [l for c in code for l in "".join(c["source"]).splitlines() if len(l) > 88]
     assert not long, f"code lines over 88 characters: {long}"
     text = json.dumps(nb)
-    assert not re.search(r"(?<![\w.])00[0-4](?![\w.])", text), "papers are named by author and year, not file number"
+    # a file number such as 004, not the thousands of "3,000" (the book style test's rule)
+    assert not re.search(r"(?<![\w.,])00[0-4](?![\w.])", text), "papers are named by author and year, not file number"
     keys = set(re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text()))
     cited = {k.strip() for group in re.findall(r"\{cite[pt]?\}`([^`]+)`", text) for k in group.split(",")}
     assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"

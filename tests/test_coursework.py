@@ -100,3 +100,59 @@ def test_the_plugin_turns_a_setup_error_into_a_failed_grading():
     results = _Results(good)
     plugin.after_grading(results)
     assert results._catastrophic_error is None and "cell 2: ValueError: v" in results.output
+
+
+def _markdown(source, tags=()):
+    return {"cell_type": "markdown", "source": source, "metadata": {"tags": list(tags)}}
+
+
+def test_manual_answers_in_order_and_the_model_answer_for_a_blank():
+    nb = {"cells": [
+        _markdown("## Question 1"),
+        _markdown("My answer.\n", ["otter_answer_cell"]),
+        _cell("x = 1", tags=["otter_answer_cell"]),  # a code answer is not a written one
+        _markdown(coursework.PLACEHOLDER, ["otter_answer_cell"]),
+        _markdown("<!-- BEGIN QUESTION -->\n\nThe model answer.", ["otter_assign_solution_cell"]),
+        _markdown(coursework.PLACEHOLDER, ["otter_answer_cell"]),
+    ]}
+    assert coursework.manual_answers(nb) == ["My answer.", "The model answer.", coursework.PLACEHOLDER]
+    with pytest.raises(TypeError, match="notebook"):
+        coursework.manual_answers([1])
+
+
+def test_a_manual_question_scores_zero_of_its_points_until_graded():
+    q = coursework.ManualQuestion("q6_evidence", 4, "Focal holds.")
+    assert (q.score, q.possible) == (0, 4)
+    assert q.summary().startswith(f"q6_evidence: {coursework.MANUAL} (4 points)")
+    assert q.summary().endswith("The answer as submitted:\n\nFocal holds.")
+    assert "no answer" in coursework.ManualQuestion("q", 2, coursework.PLACEHOLDER).summary()
+    q.update_score(3)
+    assert q.score == 3
+    for bad in (0, -1, True, "2"):
+        with pytest.raises(ValueError, match="points"):
+            coursework.ManualQuestion("q", bad)
+
+
+def test_the_plugin_puts_written_questions_in_results_json():
+    pytest.importorskip("otter")
+    import dill
+    from otter.run.run_autograder.autograder_config import AutograderConfig
+    from otter.test_files import GradingResults
+
+    with pytest.raises(ValueError, match="points"):
+        coursework.ManualQuestions("x.ipynb", {}, {"q1": "two"})
+    plugin = coursework.ManualQuestions("x.ipynb", {}, {"q3_explain": 2, "q5_why": 1.5})
+    nb = {"cells": [_markdown("First.", ["otter_answer_cell"]), _markdown("Second.", ["otter_answer_cell"])]}
+    results = GradingResults([], notebook=nb)
+    plugin.after_grading(results)
+    out = results.to_gradescope_dict(AutograderConfig())
+    entries = {t["name"]: t for t in out["tests"] if "max_score" in t}
+    assert {k: (t["score"], t["max_score"]) for k, t in entries.items()} == {"q3_explain": (0, 2), "q5_why": (0, 1.5)}
+    assert entries["q5_why"]["output"].endswith("Second.")
+    assert (results.total, results.possible) == (0, 3.5)
+    assert dill.loads(dill.dumps(results)).results["q3_explain"].possible == 2  # otter pickles it
+    assert "q3_explain (2 points), q5_why (1.5 points)" in plugin.generate_report()
+    # answers that do not match the questions one to one are not quoted
+    results = GradingResults([], notebook={"cells": [_markdown("Only one.", ["otter_answer_cell"])]})
+    plugin.after_grading(results)
+    assert "read the answer in the notebook" in results.results["q3_explain"].summary()

@@ -20,6 +20,7 @@ import json
 import pathlib
 import re
 import sys
+import textwrap
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MARKER = "# Setup (Colab):"
@@ -108,6 +109,10 @@ def assignment_setup_source(assignment: str, url: str | None = None, ref: str | 
     """
     requirement = install_source(url, ref, extra="course")
     files = ", ".join(f'"{f}"' for f in public_tests(assignment))
+    if len(f"    FILES = [{files}]") > 88:  # the book's 88 columns: one name list a line
+        files = "\n" + textwrap.fill(files, 88, initial_indent=" " * 8,
+                                     subsequent_indent=" " * 8, break_long_words=False,
+                                     break_on_hyphens=False) + ",\n    "
     return (
         f"{MARKER} installs calib and otter-grader and downloads this\n"
         "# assignment's public tests; elsewhere it does nothing.\n"
