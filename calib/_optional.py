@@ -16,7 +16,7 @@ DISTRIBUTION = "torch-calib"
 # The extras of pyproject.toml and the import names each one provides
 # (tests/test_packaging.py checks the two agree).
 EXTRAS: dict[str, dict[str, str]] = {
-    "posthoc": {"scipy": "scipy", "sklearn": "scikit-learn"},
+    "posthoc": {"scipy": "scipy", "sklearn": "scikit-learn", "threadpoolctl": "threadpoolctl"},
     "plots": {"matplotlib": "matplotlib", "scipy": "scipy", "seaborn": "seaborn", "pandas": "pandas"},
     "vision": {"torchvision": "torchvision", "PIL": "pillow", "scipy": "scipy"},
     "theory": {"sympy": "sympy", "scipy": "scipy"},

@@ -407,10 +407,10 @@ def _schedule_warnings(config: Any, trainer: Any) -> None:
 
 
 def _result_warnings(metrics: dict[str, Any], num_classes: int | None, config: Any = None) -> None:
-    from .posthoc import _T_LIMIT, default_grid
+    from .posthoc import T_LIMIT, default_grid
 
     t = metrics["temperature"]
-    low, high, what = 1 / _T_LIMIT, _T_LIMIT, "clip limit"
+    low, high, what = 1 / T_LIMIT, T_LIMIT, "clip limit"
     if getattr(config, "ts_method", "nll") == "grid":  # the grid search's own ends
         grid = default_grid(config.ts_grid_step)
         low, high, what = float(grid[0]), float(grid[-1]), "grid's end"

@@ -33,29 +33,17 @@ from .._optional import need
 
 need("posthoc", "calib.posthoc")
 
-from ._base import NotFittedError, _logits_labels
+from ._base import NotFittedError
 from .binning import HistogramBinning
 from .ensemble import EnsembleTemperatureScaling
 from .isotonic import IsotonicCalibration
 from .platt import PlattScaling
 from .scaling import DirichletCalibration, MatrixScaling, VectorScaling
-from .temperature import (
-    _LOG_RANGE,
-    _STEP_TOL,
-    _T_LIMIT,
-    TemperatureScaling,
-    _check_grid,
-    _check_temperature,
-    _fit_grid,
-    _fit_nll,
-    _nll_slope,
-    default_grid,
-    fit_temperature,
-    temperature_scale,
-)
+from .temperature import T_LIMIT, TemperatureScaling, default_grid, fit_temperature, temperature_scale
 
 __all__ = [
     "NotFittedError",
+    "T_LIMIT",
     "default_grid",
     "temperature_scale",
     "fit_temperature",

@@ -5,8 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from .._checks import ArrayLike, check_positive_int
-from ._base import check_logits_like, fit_inputs, not_fitted
-from .scaling import minimise_lbfgs, warn_unconverged
+from ._base import check_logits_like, fit_inputs, minimise_lbfgs, not_fitted, warn_unconverged
 
 __all__ = ["PlattScaling"]
 

@@ -15,13 +15,15 @@ from typing import Literal, Sequence
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from .. import metrics
 from .._checks import ArrayLike, check_logits, check_positive, check_positive_int
-from ._base import NotFittedError, _logits_labels
+from ._base import NotFittedError, _logits_labels, minimise_lbfgs
 
 __all__ = [
     "NotFittedError",
+    "T_LIMIT",
     "default_grid",
     "temperature_scale",
     "fit_temperature",
@@ -30,13 +32,11 @@ __all__ = [
 
 Tensor = torch.Tensor
 Method = Literal["nll", "grid"]
-# A fitted temperature outside [1/LIMIT, LIMIT] means the validation set was (nearly)
-# separable or constant; we clip there and warn.
-_T_LIMIT = 1e3
-# The NLL fit searches log(1/T) within +-_LOG_RANGE (T in [1e-6, 1e6]) and stops at
-# |Newton step| < _STEP_TOL (relative change of T of about 1e-13).
-_LOG_RANGE = 2 * math.log(_T_LIMIT)
-_STEP_TOL = 1e-13
+T_LIMIT = 1e3
+"""A fitted temperature outside ``[1 / T_LIMIT, T_LIMIT]`` means a (nearly) separable or
+uninformative validation set: :func:`fit_temperature` clips it there and warns."""
+# The NLL fit searches beta = 1/T within _BETA_RANGE (T in [1e-6, 1e6]).
+_BETA_RANGE = (1 / T_LIMIT**2, T_LIMIT**2)
 
 
 def default_grid(step: float = 0.1, upper: float = 10.0) -> np.ndarray:
@@ -77,56 +77,26 @@ def temperature_scale(logits: ArrayLike, temperature: float | Tensor) -> Tensor:
     return g / _check_temperature(temperature)
 
 
-def _nll_slope(g: Tensor, g_y: Tensor, beta: float) -> tuple[float, float]:
-    """First and second derivative of the mean NLL in ``beta = 1 / T``.
-
-    ``L(beta) = (1/N) sum_i [log sum_k exp(beta g_ik) - beta g_{i,y_i}]`` is convex in
-    ``beta``: ``L' = (1/N) sum_i (E_p[g_i] - g_{i,y_i})`` and ``L'' = (1/N) sum_i Var_p(g_i)
-    >= 0`` with ``p = softmax(beta g_i)`` (the moments of the logits under the scaled
-    softmax).
-    """
-    p = torch.softmax(g * beta, dim=1)
-    m1 = (p * g).sum(dim=1)
-    m2 = (p * g.square()).sum(dim=1)
-    return float((m1 - g_y).mean()), float((m2 - m1.square()).clamp_min(0).mean())
-
-
 def _fit_nll(g: Tensor, y: Tensor, max_iter: int) -> float:
-    """``argmin_T (1/N) sum_i -log softmax(g_i / T)_{y_i}`` by safeguarded Newton, float64.
+    """``argmin_T (1/N) sum_i -log softmax(g_i / T)_{y_i}`` by L-BFGS on ``beta = 1/T``, float64.
 
-    The mean NLL is convex in ``beta = 1/T`` (:func:`_nll_slope`), so its minimiser is
-    the one root of the increasing ``L'(beta)``. Newton steps run on ``u = log beta = -log T``
-    (so ``T > 0`` without constraints, DESIGN.md section 5) with the analytic ``dL'/du =
-    beta L''``; a bracket ``[lo, hi]`` on the sign of ``L'`` turns a step that leaves it
-    into a bisection, and an unbounded side expands by at most 1 in ``u`` per step. The
-    search stops at ``|step| < 1e-13`` or at ``|u| = 2 log 1000`` (no finite minimiser: the
-    caller warns and clips). No general optimiser is needed for this 1-D problem (Guo et al.
-    2017 fit the same objective with L-BFGS; the results agree to 1e-6 in T wherever L-BFGS
-    converges, tested).
+    Guo et al. (2017) fit the same objective with L-BFGS. The mean NLL ``L(beta)`` is convex
+    in ``beta``, with ``L'' = (1/N) sum_i Var_p(g_i)`` (the variance of the logits under
+    ``p = softmax(beta g_i)``), so its minimiser is the one root of the slope. The search
+    (:func:`~calib.posthoc._base.minimise_lbfgs`) starts at ``T = 1`` with ``L''(1)`` as its
+    curvature, inside ``beta in [1e-6, 1e6]`` (a bound reached means no finite minimiser,
+    which the caller warns about and clips), and ends at a slope below 1e-10 in those
+    units, 6-15 evaluations on the CIFAR records (safeguarded Newton, before, took 5-8).
     """
     g64 = g.double()
-    g_y = g64.gather(1, y[:, None]).squeeze(1)
-    lo, hi = -_LOG_RANGE, _LOG_RANGE
-    u = 0.0
-    for _ in range(max_iter):
-        beta = math.exp(u)
-        d1, d2 = _nll_slope(g64, g_y, beta)
-        if d1 == 0.0:
-            break
-        if d1 < 0:
-            lo = u  # the root has a larger beta
-        else:
-            hi = u
-        slope = beta * d2
-        step = -d1 / slope if slope > 0 else math.copysign(1.0, -d1)
-        new = u + max(-1.0, min(1.0, step))
-        if not lo < new < hi:
-            new = 0.5 * (lo + hi)
-        if abs(new - u) < _STEP_TOL:
-            u = new
-            break
-        u = new
-    return math.exp(-u)
+    p = torch.softmax(g64, dim=1)
+    var = (p * g64.square()).sum(dim=1) - (p * g64).sum(dim=1).square()
+    curvature = max(float(var.clamp_min(0).mean()), 1e-12)
+    root = math.sqrt(curvature)
+    lo, hi = _BETA_RANGE
+    beta, _ = minimise_lbfgs(lambda b: F.cross_entropy(g64 * b, y), torch.ones(1, dtype=torch.float64, device=g.device),
+                             max_iter, precondition=lambda phi: phi / root, bounds=((lo - 1) * root, (hi - 1) * root))
+    return 1 / float(beta)
 
 
 def _fit_grid(g: Tensor, y: Tensor, grid: np.ndarray, n_bins: int) -> float:
@@ -175,8 +145,8 @@ def fit_temperature(
 ) -> float:
     """The temperature ``T`` that calibrates ``softmax(logits / T)`` on these labels.
 
-    ``method="nll"``: minimise the mean NLL over ``T`` by safeguarded Newton on ``log T``
-    (Guo et al. 2017; :func:`_fit_nll`); at least 2 samples are needed. ``method="grid"``:
+    ``method="nll"``: minimise the mean NLL over ``T`` by L-BFGS on ``1/T`` (Guo et al.
+    2017; :func:`_fit_nll`); at least 2 samples are needed. ``method="grid"``:
     the value in ``grid`` (default ``0.1, 0.2, ..., 10``) with the lowest ECE over
     ``n_bins`` bins, first minimum kept (Lin et al. (2024) section 5; Mukhoti et al. (2020),
     Table 1 cross-validate T on ECE without a grid; Wang et al. (2021) use a finer grid from 0.01, ``grid=default_grid(0.01)``).
@@ -201,14 +171,14 @@ def fit_temperature(
             RuntimeWarning,
             stacklevel=2,
         )
-    if not math.isfinite(t) or not 1 / _T_LIMIT <= t <= _T_LIMIT:
+    if not math.isfinite(t) or not 1 / T_LIMIT <= t <= T_LIMIT:
         warnings.warn(
             f"fitted temperature {t:.3g} is extreme (the validation logits may say nothing about "
-            f"the labels, or separate them perfectly); clipping to [{1 / _T_LIMIT:g}, {_T_LIMIT:g}]",
+            f"the labels, or separate them perfectly); clipping to [{1 / T_LIMIT:g}, {T_LIMIT:g}]",
             RuntimeWarning,
             stacklevel=2,
         )
-        t = min(max(t if math.isfinite(t) else _T_LIMIT, 1 / _T_LIMIT), _T_LIMIT)
+        t = min(max(t if math.isfinite(t) else T_LIMIT, 1 / T_LIMIT), T_LIMIT)
     return t
 
 
@@ -218,7 +188,7 @@ class TemperatureScaling:
     >>> ts = TemperatureScaling(method="nll").fit(val_logits, val_labels)  # doctest: +SKIP
     >>> test_probs = ts.predict_proba(test_logits)                         # doctest: +SKIP
 
-    ``method="nll"`` (Newton on ``log T``) or ``"grid"`` (ECE over ``grid``, first minimum
+    ``method="nll"`` (L-BFGS on ``1/T``) or ``"grid"`` (ECE over ``grid``, first minimum
     kept); see :func:`fit_temperature`. After ``fit``, ``temperature`` is a float.
     """
 
