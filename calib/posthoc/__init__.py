@@ -7,7 +7,15 @@ confidence only: ``predict_confidence``). All take logits ``(N, K)`` and refuse 
 like probabilities (every row in [0, 1] summing to 1); pass ``log(probs)`` when only
 probabilities are at hand. Using a calibrator before ``fit`` raises
 :class:`NotFittedError`, a subclass of ``ValueError`` and ``AttributeError`` (as in
-scikit-learn).
+scikit-learn), naming the calibrator and the call.
+
+Every calibrator is a :class:`Calibrator`: tensors in give tensors out (on their device),
+NumPy arrays in give NumPy arrays; ``as_module()`` returns the fitted map as a
+:class:`CalibrationModule` (a :class:`torch.nn.Module` whose ``returns`` says whether it
+gives calibrated logits, probabilities or the top-label confidence, equal to
+``predict_proba`` or ``predict_confidence``); ``state_dict()`` and ``load_state_dict()`` save
+and restore a fitted calibrator, hyper-parameters included, through ``torch.save`` and
+``torch.load(path, weights_only=True)``.
 
 The calibrators, their maps of the logits ``g`` and their number of parameters:
 
@@ -33,13 +41,20 @@ from .._optional import need
 
 need("posthoc", "calib.posthoc")
 
-from ._base import NotFittedError
-from .binning import HistogramBinning
-from .ensemble import EnsembleTemperatureScaling
-from .isotonic import IsotonicCalibration
-from .platt import PlattScaling
-from .scaling import DirichletCalibration, MatrixScaling, VectorScaling
-from .temperature import T_LIMIT, TemperatureScaling, default_grid, fit_temperature, temperature_scale
+from ._base import CalibrationModule, Calibrator, NotFittedError
+from .binning import HistogramBinning, HistogramBinningModule
+from .ensemble import EnsembleTemperatureScaling, EnsembleTemperatureScalingModule
+from .isotonic import IsotonicCalibration, IsotonicCalibrationModule
+from .platt import PlattScaling, PlattScalingModule
+from .scaling import AffineScalingModule, DirichletCalibration, MatrixScaling, VectorScaling
+from .temperature import (
+    T_LIMIT,
+    TemperatureScaling,
+    TemperatureScalingModule,
+    default_grid,
+    fit_temperature,
+    temperature_scale,
+)
 
 __all__ = [
     "NotFittedError",
@@ -55,4 +70,12 @@ __all__ = [
     "IsotonicCalibration",
     "EnsembleTemperatureScaling",
     "PlattScaling",
+    "Calibrator",
+    "CalibrationModule",
+    "TemperatureScalingModule",
+    "AffineScalingModule",
+    "PlattScalingModule",
+    "EnsembleTemperatureScalingModule",
+    "IsotonicCalibrationModule",
+    "HistogramBinningModule",
 ]

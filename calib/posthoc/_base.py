@@ -1,9 +1,11 @@
-"""What every calibrator of :mod:`calib.posthoc` shares: input checks and the fitted-state error."""
+"""What every calibrator of :mod:`calib.posthoc` shares: input checks, the fitted-state error,
+the :class:`Calibrator` interface (types in = types out, ``as_module``, ``state_dict``) and
+the one optimiser of the fitted maps (:func:`minimise_lbfgs`)."""
 from __future__ import annotations
 
 import functools
 import warnings
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -63,8 +65,128 @@ def check_logits_like(logits: ArrayLike, num_classes: int, who: str) -> Tensor:
     return g.detach()
 
 
-def not_fitted(who: str) -> NotFittedError:
-    return NotFittedError(f"{who} is not fitted yet; call .fit(logits, labels) first")
+def not_fitted(who: str, method: str | None = None) -> NotFittedError:
+    """The error of using ``who`` before ``fit``; ``method``, when given, is the call that needed it."""
+    when = f"before .{method}()" if method else "first"
+    return NotFittedError(f"{who} is not fitted yet; call .fit(logits, labels) {when}")
+
+
+def like_input(out: Tensor, logits: ArrayLike) -> Tensor | np.ndarray:
+    """``out`` as the caller gave the logits: a tensor for a tensor, else a NumPy array (on the CPU)."""
+    return out if isinstance(logits, torch.Tensor) else out.detach().cpu().numpy()
+
+
+Returns = Literal["logits", "probabilities", "confidence"]
+
+
+class CalibrationModule(torch.nn.Module):
+    """A fitted calibration map as a :class:`torch.nn.Module` (what :meth:`Calibrator.as_module` returns).
+
+    ``forward(logits)`` maps ``(N, K)`` logits to what :attr:`returns` names:
+
+    * ``"logits"``: calibrated logits, so ``softmax(module(g))`` is the calibrator's
+      ``predict_proba(g)`` (temperature, vector, matrix, Dirichlet and Platt scaling);
+    * ``"probabilities"``: the calibrated ``(N, K)`` probabilities themselves (ensemble
+      temperature scaling and isotonic calibration, whose maps mix or bin probabilities
+      and have no logits);
+    * ``"confidence"``: the calibrated top-label confidence ``(N,)`` (histogram binning).
+
+    The fitted numbers are buffers (``module.to(device)`` moves them; they also follow
+    the input to its device). The map runs in the buffers' dtype (float64, as the fit)
+    and returns the input's dtype. ``forward`` checks no values (no host sync): the
+    calibrator's own methods check their input.
+    """
+
+    returns: ClassVar[Returns] = "logits"
+
+    def extra_repr(self) -> str:
+        return f"returns={self.returns!r}"
+
+
+class Calibrator:
+    """The interface every calibrator of :mod:`calib.posthoc` shares, beyond ``fit`` and ``predict_proba``.
+
+    * Types in = types out: a :class:`torch.Tensor` of logits gives tensors (on its
+      device), a NumPy array (or a list) gives NumPy arrays.
+    * :meth:`as_module`: the fitted map as a :class:`CalibrationModule`, to append to a
+      network or move to a device.
+    * :meth:`state_dict` and :meth:`load_state_dict`, in scikit-learn's spirit: the
+      calibrator is the object that is saved, and the dict holds what rebuilds it, its
+      class name, its constructor's hyper-parameters (``params``) and its fitted tensors
+      (``state``, on the CPU), all of which ``torch.load(path, weights_only=True)`` reads::
+
+          torch.save(cal.state_dict(), "cal.pt")
+          cal = VectorScaling().load_state_dict(torch.load("cal.pt", weights_only=True))
+
+      ``load_state_dict`` restores the hyper-parameters too, and refuses another
+      calibrator's dict.
+
+    Using any of them before ``fit`` raises :class:`NotFittedError` naming the calibrator
+    and the call.
+    """
+
+    def _params(self) -> dict[str, Any]:
+        """The constructor's keyword arguments that rebuild this calibrator unfitted."""
+        raise NotImplementedError
+
+    def _state(self) -> dict[str, Tensor] | None:
+        """The fitted tensors (None when unfitted)."""
+        raise NotImplementedError
+
+    def _set_state(self, state: dict[str, Tensor]) -> None:
+        raise NotImplementedError
+
+    def _module(self) -> CalibrationModule:
+        """The map as a module holding copies of the fitted tensors; callers checked it is fitted."""
+        raise NotImplementedError
+
+    def _fitted(self, method: str) -> dict[str, Tensor]:
+        state = self._state()
+        if state is None:
+            raise not_fitted(type(self).__name__, method)
+        return state
+
+    def as_module(self) -> CalibrationModule:
+        """The fitted map as a :class:`torch.nn.Module` (a copy: later fits do not change it).
+
+        Its ``returns`` attribute says what ``forward`` gives (calibrated logits,
+        probabilities or the top-label confidence; :class:`CalibrationModule`); its
+        output equals this calibrator's ``predict_proba`` (through a softmax for logits)
+        or ``predict_confidence`` to rounding (tested to 1e-6).
+        """
+        self._fitted("as_module")
+        return self._module()
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"calibrator": class name, "params": hyper-parameters, "state": fitted tensors}``.
+
+        The tensors are CPU copies, so the dict can be saved with :func:`torch.save` and read
+        back with ``torch.load(path, weights_only=True)``.
+        """
+        state = self._fitted("state_dict")
+        return {"calibrator": type(self).__name__, "params": dict(self._params()),
+                "state": {k: v.detach().cpu().clone() for k, v in state.items()}}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> "Calibrator":
+        """Become the calibrator saved in ``state_dict`` (hyper-parameters and fitted state); returns ``self``."""
+        who = type(self).__name__
+        if not isinstance(state_dict, dict) or set(state_dict) != {"calibrator", "params", "state"}:
+            raise ValueError(f"{who}.load_state_dict needs the dict of .state_dict() with keys "
+                             "'calibrator', 'params' and 'state'")
+        if state_dict["calibrator"] != who:
+            raise ValueError(f"this state_dict was saved from {state_dict['calibrator']}, not {who}")
+        state = state_dict["state"]
+        expected = set(self._state_keys())
+        if not isinstance(state, dict) or set(state) != expected:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{who} state must hold {sorted(expected)}, got {got}")
+        fresh = type(self)(**state_dict["params"])  # checks the hyper-parameters; self is untouched on error
+        fresh._set_state({k: torch.as_tensor(v).detach().clone() for k, v in state.items()})
+        self.__dict__.update(fresh.__dict__)
+        return self
+
+    def _state_keys(self) -> tuple[str, ...]:
+        raise NotImplementedError
 
 
 # L-BFGS stops at the first evaluated point whose preconditioned gradient entries are all

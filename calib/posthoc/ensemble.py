@@ -1,24 +1,24 @@
 """Ensemble temperature scaling (Zhang et al. 2020, "Mix-n-Match")."""
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import torch
 from scipy.optimize import minimize
 
 from .._checks import ArrayLike
-from ._base import check_logits_like, fit_inputs, not_fitted
+from ._base import CalibrationModule, Calibrator, check_logits_like, fit_inputs, like_input, not_fitted
 from .temperature import fit_temperature
 
-__all__ = ["EnsembleTemperatureScaling"]
+__all__ = ["EnsembleTemperatureScaling", "EnsembleTemperatureScalingModule"]
 
 Tensor = torch.Tensor
 Loss = Literal["nll", "mse"]
 _TINY = 1e-300  # floor of a mixture probability inside the log (only reachable with w_3 = 0)
 
 
-def _components(g: Tensor, temperature: float) -> Tensor:
+def _components(g: Tensor, temperature: float | Tensor) -> Tensor:
     """``(3, N, K)`` float64: ``softmax(g / T)``, ``softmax(g)`` and the uniform ``1/K``."""
     g = g.double()
     uniform = torch.full_like(g, 1.0 / g.shape[1])
@@ -55,7 +55,7 @@ def _simplex_weights(parts: Tensor, y: Tensor, loss: Loss) -> np.ndarray:
     return w / w.sum()
 
 
-class EnsembleTemperatureScaling:
+class EnsembleTemperatureScaling(Calibrator):
     """Ensemble temperature scaling, ``p = w_1 softmax(g / T) + w_2 softmax(g) + w_3 / K``.
 
     Zhang et al. (2020), "Ensemble Temperature Scaling" in their Mix-n-Match section:
@@ -102,9 +102,56 @@ class EnsembleTemperatureScaling:
         self._temperature, self._num_classes = t, g.shape[1]
         return self
 
-    def predict_proba(self, logits: ArrayLike) -> Tensor:
+    def _params(self) -> dict[str, Any]:
+        return {"loss": self.loss}
+
+    def _state_keys(self) -> tuple[str, ...]:
+        return ("temperature", "weights", "num_classes")
+
+    def _state(self) -> dict[str, Tensor] | None:
+        if self._weights is None:
+            return None
+        return {"temperature": torch.tensor(self._temperature, dtype=torch.float64),
+                "weights": torch.tensor(self._weights, dtype=torch.float64),
+                "num_classes": torch.tensor(self._num_classes)}
+
+    def _set_state(self, state: dict[str, Tensor]) -> None:
+        w = state["weights"].double()
+        if w.shape != (3,) or bool((w < 0).any()) or abs(float(w.sum()) - 1) > 1e-9:
+            raise ValueError(f"EnsembleTemperatureScaling state needs 3 weights on the simplex, got {w.tolist()}")
+        self._temperature = float(state["temperature"])
+        self._weights, self._num_classes = w.numpy(), int(state["num_classes"])
+
+    def _module(self) -> "EnsembleTemperatureScalingModule":
+        state = self._state()
+        return EnsembleTemperatureScalingModule(state["temperature"], state["weights"])
+
+    def predict_proba(self, logits: ArrayLike) -> Tensor | np.ndarray:
         """The fitted mixture, computed in float64 and returned in the logits' dtype."""
-        t = self.temperature
+        self._fitted("predict_proba")
         g = check_logits_like(logits, self._num_classes, "EnsembleTemperatureScaling")
-        w = torch.tensor(self._weights, dtype=torch.float64, device=g.device)
-        return torch.einsum("j,jnk->nk", w, _components(g, t)).to(g.dtype)
+        return like_input(self._module()(g), logits)
+
+
+class EnsembleTemperatureScalingModule(CalibrationModule):
+    """``g -> w_1 softmax(g / T) + w_2 softmax(g) + w_3 / K``, ensemble temperature scaling as a module.
+
+    ``returns = "probabilities"``: the mixture of probabilities has no logits of its own,
+    so ``forward`` gives :meth:`EnsembleTemperatureScaling.predict_proba` itself. Buffers:
+    ``temperature`` (scalar) and ``weights`` ``(3,)``, float64.
+    """
+
+    returns = "probabilities"
+
+    def __init__(self, temperature: float | Tensor, weights: Tensor):
+        super().__init__()
+        self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float64).detach().clone())
+        self.register_buffer("weights", torch.as_tensor(weights, dtype=torch.float64).detach().clone())
+
+    def forward(self, logits: Tensor) -> Tensor:
+        w, t = self.weights.to(logits.device), self.temperature.to(logits.device)
+        return torch.einsum("j,jnk->nk", w, _components(logits.to(w.dtype), t)).to(logits.dtype)
+
+    def extra_repr(self) -> str:
+        w = ", ".join(f"{v:.4g}" for v in self.weights.tolist())
+        return f"temperature={float(self.temperature):.6g}, weights=({w}), returns={self.returns!r}"

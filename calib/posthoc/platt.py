@@ -1,18 +1,30 @@
 """Platt scaling for two classes: a logistic regression on the score ``s = g_1 - g_0``."""
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .._checks import ArrayLike, check_positive_int
-from ._base import check_logits_like, fit_inputs, minimise_lbfgs, not_fitted, warn_unconverged
+from ._base import (
+    CalibrationModule,
+    Calibrator,
+    check_logits_like,
+    fit_inputs,
+    like_input,
+    minimise_lbfgs,
+    not_fitted,
+    warn_unconverged,
+)
 
-__all__ = ["PlattScaling"]
+__all__ = ["PlattScaling", "PlattScalingModule"]
 
 Tensor = torch.Tensor
 
 
-class PlattScaling:
+class PlattScaling(Calibrator):
     """Platt scaling, ``P(y = 1 | s) = sigmoid(a s + b)`` on the binary score ``s = g_1 - g_0``.
 
     Platt (1999) section 2: fit ``(a, b)`` by the log-loss against the targets ``t_i``.
@@ -70,18 +82,62 @@ class PlattScaling:
         self._coef = (float(theta[0]), float(theta[1]))
         return self
 
-    def _score(self, g: Tensor) -> Tensor:
-        a, b = self._coef
-        return a * (g[:, 1].double() - g[:, 0].double()) + b
+    def _params(self) -> dict[str, Any]:
+        return {"smooth_targets": self.smooth_targets, "max_iter": self.max_iter}
 
-    def transform(self, logits: ArrayLike) -> Tensor:
+    def _state_keys(self) -> tuple[str, ...]:
+        return ("coef",)
+
+    def _state(self) -> dict[str, Tensor] | None:
+        return None if self._coef is None else {"coef": torch.tensor(self._coef, dtype=torch.float64)}
+
+    def _set_state(self, state: dict[str, Tensor]) -> None:
+        coef = state["coef"].double()
+        if coef.shape != (2,) or not bool(torch.isfinite(coef).all()):
+            raise ValueError(f"PlattScaling state needs coef = (a, b), two finite numbers, got {coef.tolist()}")
+        self._coef = (float(coef[0]), float(coef[1]))
+
+    def _module(self) -> "PlattScalingModule":
+        return PlattScalingModule(self._state()["coef"])
+
+    def _checked(self, logits: ArrayLike, method: str) -> Tensor:
+        self._fitted(method)
+        return check_logits_like(logits, 2, "PlattScaling")
+
+    def transform(self, logits: ArrayLike) -> Tensor | np.ndarray:
         """Calibrated log-odds ``a s + b``, float64 ``(N,)``."""
-        self.coef  # noqa: B018 - raises when unfitted
-        return self._score(check_logits_like(logits, 2, "PlattScaling"))
+        g = self._checked(logits, "transform")
+        return like_input(self._module().score(g), logits)
 
-    def predict_proba(self, logits: ArrayLike) -> Tensor:
+    def predict_proba(self, logits: ArrayLike) -> Tensor | np.ndarray:
         """``[1 - sigmoid(a s + b), sigmoid(a s + b)]``, ``(N, 2)`` in the logits' dtype."""
-        self.coef  # noqa: B018 - raises when unfitted
-        g = check_logits_like(logits, 2, "PlattScaling")
-        z = self._score(g)
-        return torch.stack([torch.sigmoid(-z), torch.sigmoid(z)], dim=1).to(g.dtype)
+        g = self._checked(logits, "predict_proba")
+        z = self._module().score(g)
+        return like_input(torch.stack([torch.sigmoid(-z), torch.sigmoid(z)], dim=1).to(g.dtype), logits)
+
+
+class PlattScalingModule(CalibrationModule):
+    """``g -> [0, a (g_1 - g_0) + b]``: Platt scaling as a module (``returns = "logits"``).
+
+    The softmax of ``[0, z]`` is ``[sigmoid(-z), sigmoid(z)]``, :meth:`PlattScaling.predict_proba`.
+    The buffer ``coef`` holds ``(a, b)`` in float64.
+    """
+
+    returns = "logits"
+
+    def __init__(self, coef: Tensor):
+        super().__init__()
+        self.register_buffer("coef", torch.as_tensor(coef, dtype=torch.float64).detach().clone())
+
+    def score(self, logits: Tensor) -> Tensor:
+        """The calibrated log-odds ``a (g_1 - g_0) + b``, ``(N,)`` in the buffer's dtype."""
+        coef = self.coef.to(logits.device)
+        g = logits.to(coef.dtype)
+        return coef[0] * (g[:, 1] - g[:, 0]) + coef[1]
+
+    def forward(self, logits: Tensor) -> Tensor:
+        z = self.score(logits)
+        return torch.stack([torch.zeros_like(z), z], dim=1).to(logits.dtype)
+
+    def extra_repr(self) -> str:
+        return f"a={float(self.coef[0]):.6g}, b={float(self.coef[1]):.6g}, returns={self.returns!r}"

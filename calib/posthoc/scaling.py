@@ -24,15 +24,27 @@ instead of 300-5,000 (``benchmarks/posthoc.py``).
 from __future__ import annotations
 
 import warnings
+from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from .._checks import ArrayLike, check_nonnegative, check_positive_int
-from ._base import check_logits_like, fit_inputs, minimise_lbfgs, not_fitted, warn_absent_classes, warn_unconverged
+from ._base import (
+    CalibrationModule,
+    Calibrator,
+    check_logits_like,
+    fit_inputs,
+    like_input,
+    minimise_lbfgs,
+    not_fitted,
+    warn_absent_classes,
+    warn_unconverged,
+)
 from .temperature import T_LIMIT, _fit_nll
 
-__all__ = ["VectorScaling", "MatrixScaling", "DirichletCalibration"]
+__all__ = ["VectorScaling", "MatrixScaling", "DirichletCalibration", "AffineScalingModule"]
 
 Tensor = torch.Tensor
 # A ridge of _RIDGE times the mean curvature keeps every preconditioner block invertible
@@ -42,10 +54,16 @@ _RIDGE = 1e-8
 _FLAT = 1e-12
 
 
-class _AffineScaling:
+def _affine(x: Tensor, w: Tensor, b: Tensor | float) -> Tensor:
+    """``W x + b`` for each row ``x``; a 1-D ``w`` is a diagonal (vector scaling)."""
+    return (x * w if w.dim() == 1 else x @ w.T) + b
+
+
+class _AffineScaling(Calibrator):
     """Shared fit/predict of ``softmax(W x + b)``; subclasses say what ``x`` and ``W`` are."""
 
     _diagonal = False
+    _log_softmax = False
 
     def __init__(self, off_diagonal: float = 0.0, intercept: float = 0.0, max_iter: int = 1000):
         self.off_diagonal = check_nonnegative(off_diagonal, "off_diagonal")
@@ -59,10 +77,9 @@ class _AffineScaling:
         return (f"{type(self).__name__}(off_diagonal={self.off_diagonal:g}, intercept={self.intercept:g}, "
                 f"max_iter={self.max_iter}, {state})")
 
-    @staticmethod
-    def _features(g: Tensor) -> Tensor:
-        """``x`` from float64 logits: the logits themselves (overridden by Dirichlet calibration)."""
-        return g
+    def _features(self, g: Tensor) -> Tensor:
+        """``x`` from float64 logits: the logits, or ``log_softmax(g)`` for Dirichlet calibration."""
+        return torch.log_softmax(g, dim=1) if self._log_softmax else g
 
     @property
     def weights(self) -> Tensor:
@@ -82,8 +99,9 @@ class _AffineScaling:
         t = theta.view(k, -1)
         return (t[:, 0] if self._diagonal else t[:, :k]), t[:, -1]
 
-    def _map(self, x: Tensor, w: Tensor, b: Tensor) -> Tensor:
-        return (x * w if self._diagonal else x @ w.T) + b
+    @staticmethod
+    def _map(x: Tensor, w: Tensor, b: Tensor | float) -> Tensor:
+        return _affine(x, w, b)
 
     def _representative(self, w: Tensor, b: Tensor) -> tuple[Tensor, Tensor]:
         """The member of ``(W + 1 v', b + c 1)`` (all give the same softmax) with the least penalty.
@@ -192,25 +210,77 @@ class _AffineScaling:
             )
         return self
 
-    def _checked(self, logits: ArrayLike) -> Tensor:
-        self.weights  # noqa: B018 - raises when unfitted
+    def _params(self) -> dict[str, Any]:
+        return {"off_diagonal": self.off_diagonal, "intercept": self.intercept, "max_iter": self.max_iter}
+
+    def _state_keys(self) -> tuple[str, ...]:
+        return ("weights", "bias")
+
+    def _state(self) -> dict[str, Tensor] | None:
+        return None if self._weights is None else {"weights": self._weights, "bias": self._bias}
+
+    def _set_state(self, state: dict[str, Tensor]) -> None:
+        w, b = state["weights"].double(), state["bias"].double()
+        k = b.numel()
+        want = (k,) if self._diagonal else (k, k)
+        if b.dim() != 1 or tuple(w.shape) != want:
+            raise ValueError(f"{type(self).__name__} state needs weights of shape {want} and bias ({k},), "
+                             f"got {tuple(w.shape)} and {tuple(b.shape)}")
+        self._weights, self._bias = w, b
+
+    def _module(self) -> "AffineScalingModule":
+        return AffineScalingModule(self.weights, self.bias, log_softmax=self._log_softmax)
+
+    def _checked(self, logits: ArrayLike, method: str) -> Tensor:
+        self._fitted(method)
         return check_logits_like(logits, self._bias.numel(), type(self).__name__)
 
-    def _calibrated(self, g: Tensor) -> Tensor:
-        x = self._features(g.double())
-        return self._map(x, self._weights.to(x.device), self._bias.to(x.device))
-
-    def transform(self, logits: ArrayLike) -> Tensor:
+    def transform(self, logits: ArrayLike) -> Tensor | np.ndarray:
         """Calibrated logits ``W x + b``, float64 on the device of ``logits``."""
-        return self._calibrated(self._checked(logits))
+        g = self._checked(logits, "transform")
+        return like_input(self._module().calibrated(g), logits)
 
-    def predict_proba(self, logits: ArrayLike) -> Tensor:
+    def predict_proba(self, logits: ArrayLike) -> Tensor | np.ndarray:
         """Calibrated probabilities ``softmax(W x + b)``, computed in float64, returned in the logits' dtype."""
-        g = self._checked(logits)
-        return torch.softmax(self._calibrated(g), dim=1).to(g.dtype)
+        g = self._checked(logits, "predict_proba")
+        return like_input(torch.softmax(self._module().calibrated(g), dim=1).to(g.dtype), logits)
 
-    def fit_transform(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+    def fit_transform(self, logits: ArrayLike, labels: ArrayLike) -> Tensor | np.ndarray:
         return self.fit(logits, labels).transform(logits)
+
+
+class AffineScalingModule(CalibrationModule):
+    """``g -> W x + b``: vector, matrix or Dirichlet scaling as a module (``returns = "logits"``).
+
+    ``x`` is ``g`` (vector and matrix scaling) or ``log_softmax(g)`` (Dirichlet calibration,
+    ``log_softmax=True``); a 1-D ``weight`` is the diagonal of vector scaling. The
+    buffers ``weight`` and ``bias`` are float64 as fitted; :meth:`calibrated` gives the
+    logits in their dtype, ``forward`` in the input's. ``softmax(module(g))`` is the
+    calibrator's ``predict_proba(g)``.
+    """
+
+    returns = "logits"
+
+    def __init__(self, weight: Tensor, bias: Tensor, log_softmax: bool = False):
+        super().__init__()
+        self.log_softmax = bool(log_softmax)
+        self.register_buffer("weight", weight.detach().clone())
+        self.register_buffer("bias", bias.detach().clone())
+
+    def calibrated(self, logits: Tensor) -> Tensor:
+        """``W x + b`` in the buffers' dtype, on the device of ``logits``."""
+        w, b = self.weight.to(logits.device), self.bias.to(logits.device)
+        x = logits.to(w.dtype)
+        if self.log_softmax:
+            x = torch.log_softmax(x, dim=1)
+        return _affine(x, w, b)
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return self.calibrated(logits).to(logits.dtype)
+
+    def extra_repr(self) -> str:
+        kind = "vector" if self.weight.dim() == 1 else "matrix"
+        return f"K={self.bias.numel()}, {kind}, log_softmax={self.log_softmax}, returns={self.returns!r}"
 
 
 class VectorScaling(_AffineScaling):
@@ -235,6 +305,9 @@ class VectorScaling(_AffineScaling):
     def __repr__(self) -> str:
         state = "unfitted" if self._weights is None else f"fitted on K = {self._bias.numel()}"
         return f"VectorScaling(intercept={self.intercept:g}, max_iter={self.max_iter}, {state})"
+
+    def _params(self) -> dict[str, Any]:
+        return {"intercept": self.intercept, "max_iter": self.max_iter}
 
 
 class MatrixScaling(_AffineScaling):
@@ -264,6 +337,4 @@ class DirichletCalibration(_AffineScaling):
     from temperature scaling (``W = I / T, b = 0``).
     """
 
-    @staticmethod
-    def _features(g: Tensor) -> Tensor:
-        return torch.log_softmax(g, dim=1)
+    _log_softmax = True

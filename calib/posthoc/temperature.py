@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Literal, Sequence
+from typing import Any, Literal, Sequence
 
 import numpy as np
 import torch
@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from .. import metrics
 from .._checks import ArrayLike, check_logits, check_positive, check_positive_int
-from ._base import NotFittedError, _logits_labels, minimise_lbfgs
+from ._base import CalibrationModule, Calibrator, NotFittedError, _logits_labels, like_input, minimise_lbfgs, not_fitted
 
 __all__ = [
     "NotFittedError",
@@ -28,6 +28,7 @@ __all__ = [
     "temperature_scale",
     "fit_temperature",
     "TemperatureScaling",
+    "TemperatureScalingModule",
 ]
 
 Tensor = torch.Tensor
@@ -66,15 +67,15 @@ def _check_temperature(temperature: float | Tensor | np.ndarray) -> float:
     return check_positive(temperature, "temperature")
 
 
-def temperature_scale(logits: ArrayLike, temperature: float | Tensor) -> Tensor:
+def temperature_scale(logits: ArrayLike, temperature: float | Tensor) -> Tensor | np.ndarray:
     """Scaled logits ``g / T`` (Wang et al. (2021) §2): ``T > 1`` softens, ``T < 1`` sharpens.
 
     The arg-max, hence the accuracy, never changes. Returns a tensor in the dtype and on
-    the device of ``logits`` (a numpy input gives a CPU tensor). ``temperature`` is a
+    the device of ``logits``, or a NumPy array for NumPy logits. ``temperature`` is a
     number > 0 or a one-element (e.g. 0-d) tensor or array.
     """
     g = check_logits(logits, "logits", refuse_probs=True)
-    return g / _check_temperature(temperature)
+    return like_input(g / _check_temperature(temperature), logits)
 
 
 def _fit_nll(g: Tensor, y: Tensor, max_iter: int) -> float:
@@ -182,7 +183,27 @@ def fit_temperature(
     return t
 
 
-class TemperatureScaling:
+class TemperatureScalingModule(CalibrationModule):
+    """``g -> g / T``: temperature scaling as a module (``returns = "logits"``).
+
+    ``softmax(module(g))`` is :meth:`TemperatureScaling.predict_proba`; the buffer
+    ``temperature`` is a float64 scalar.
+    """
+
+    returns = "logits"
+
+    def __init__(self, temperature: float | Tensor):
+        super().__init__()
+        self.register_buffer("temperature", torch.as_tensor(temperature, dtype=torch.float64).detach().clone())
+
+    def forward(self, logits: Tensor) -> Tensor:
+        return logits / self.temperature.to(logits.device)
+
+    def extra_repr(self) -> str:
+        return f"temperature={float(self.temperature):.6g}, returns={self.returns!r}"
+
+
+class TemperatureScaling(Calibrator):
     """Temperature scaling, ``p = softmax(g / T)`` with one ``T`` fitted on validation logits.
 
     >>> ts = TemperatureScaling(method="nll").fit(val_logits, val_labels)  # doctest: +SKIP
@@ -190,6 +211,9 @@ class TemperatureScaling:
 
     ``method="nll"`` (L-BFGS on ``1/T``) or ``"grid"`` (ECE over ``grid``, first minimum
     kept); see :func:`fit_temperature`. After ``fit``, ``temperature`` is a float.
+    NumPy logits give NumPy arrays; :meth:`~Calibrator.as_module`,
+    :meth:`~Calibrator.state_dict` and :meth:`~Calibrator.load_state_dict` as for every
+    :class:`Calibrator`.
     """
 
     def __init__(self, method: Method = "nll", grid: Sequence[float] | np.ndarray | None = None, n_bins: int = 15):
@@ -207,20 +231,41 @@ class TemperatureScaling:
     @property
     def temperature(self) -> float:
         if self._temperature is None:
-            raise NotFittedError("TemperatureScaling is not fitted yet; call .fit(logits, labels) first")
+            raise not_fitted("TemperatureScaling")
         return self._temperature
+
+    def _params(self) -> dict[str, Any]:
+        grid = None if self.grid is None else [float(t) for t in self.grid]
+        return {"method": self.method, "grid": grid, "n_bins": self.n_bins}
+
+    def _state_keys(self) -> tuple[str, ...]:
+        return ("temperature",)
+
+    def _state(self) -> dict[str, Tensor] | None:
+        return None if self._temperature is None else {"temperature": torch.tensor(self._temperature,
+                                                                                  dtype=torch.float64)}
+
+    def _set_state(self, state: dict[str, Tensor]) -> None:
+        self._temperature = _check_temperature(state["temperature"])
+
+    def _module(self) -> TemperatureScalingModule:
+        return TemperatureScalingModule(self.temperature)
 
     def fit(self, logits: ArrayLike, labels: ArrayLike) -> "TemperatureScaling":
         self._temperature = fit_temperature(logits, labels, self.method, grid=self.grid, n_bins=self.n_bins)
         return self
 
-    def transform(self, logits: ArrayLike) -> Tensor:
-        """Scaled logits ``g / T``."""
-        return temperature_scale(logits, self.temperature)
+    def transform(self, logits: ArrayLike) -> Tensor | np.ndarray:
+        """Scaled logits ``g / T``, in the dtype of ``logits``."""
+        self._fitted("transform")
+        g = check_logits(logits, "logits", refuse_probs=True)
+        return like_input(self._module()(g), logits)
 
-    def predict_proba(self, logits: ArrayLike) -> Tensor:
-        """Calibrated probabilities ``softmax(g / T)``."""
-        return torch.softmax(self.transform(logits), dim=1)
+    def predict_proba(self, logits: ArrayLike) -> Tensor | np.ndarray:
+        """Calibrated probabilities ``softmax(g / T)``, in the dtype of ``logits``."""
+        self._fitted("predict_proba")
+        g = check_logits(logits, "logits", refuse_probs=True)
+        return like_input(torch.softmax(self._module()(g), dim=1), logits)
 
-    def fit_transform(self, logits: ArrayLike, labels: ArrayLike) -> Tensor:
+    def fit_transform(self, logits: ArrayLike, labels: ArrayLike) -> Tensor | np.ndarray:
         return self.fit(logits, labels).transform(logits)
