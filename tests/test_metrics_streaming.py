@@ -246,11 +246,11 @@ def test_from_confidence_functions_equal_the_top_label_functions():
         assert M.adaece_from_confidence(conf, pred == y, n_bins) == M.adaece(p, y, n_bins)
     assert M.smooth_ece_from_confidence(conf, (pred == y).long()) == M.smooth_ece(p, y)
     assert M.smooth_ece_from_confidence(conf, pred == y, 0.1) == M.smooth_ece(p, y, 0.1)
+    with pytest.raises(TypeError, match="correct"):  # smooth ECE reads floats as probabilities
+        M.adaece_from_confidence(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
     for fn in (M.adaece_from_confidence, M.smooth_ece_from_confidence):
         with pytest.raises(ValueError, match="confidence"):
             fn(torch.tensor([0.5, 1.5]), torch.tensor([1, 0]))
-        with pytest.raises(TypeError, match="correct"):
-            fn(torch.tensor([0.5, 0.5]), torch.tensor([1.0, 0.0]))
         with pytest.raises(ValueError, match="correct has shape"):
             fn(torch.tensor([0.5, 0.5]), torch.tensor([1]))
         with pytest.raises(ValueError, match="correct must hold only 0/1"):

@@ -224,7 +224,7 @@ def test_setup_cell_stops_with_one_message_when_pip_fails(monkeypatch, tmp_path)
     assert "@main" in real and max(len(line) for line in real.splitlines()) <= 88
     src = sync_setup_cells.setup_source(url=f"file://{tmp_path}/no-such-repo")
     monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
-    with pytest.raises(SystemExit, match="Could not install calib from git\\+file://"):
+    with pytest.raises(SystemExit, match="Could not install calib from torch-calib\\[all\\] @ git\\+file://"):
         exec(compile(src, "setup", "exec"), {})
 
 
