@@ -45,7 +45,7 @@ from scipy import stats  # noqa: E402  (after the guard naming the extra)
 Direction = Literal["greater", "less", "equivalent"]
 OUTCOMES = ("holds", "contradicted", "undecided")
 
-__all__ = ["Verdict", "compare", "decide", "test_se", "compare_runs", "noise_floor",
+__all__ = ["Verdict", "Family", "compare", "decide", "test_se", "compare_runs", "noise_floor",
            "detectable_difference", "table", "tally", "entropy_of_wrong", "nll_of_wrong", "OUTCOMES"]
 
 
@@ -113,7 +113,7 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             test_se: float = 0.0, margin: float | None = None, unit: str = "",
             seed_sd: float | None = None, resolution: float = 0.0, test_df: float = math.inf) -> Verdict:
     """Test the claim "a > b" (``direction="greater"``), "a < b" (``"less"``) or
-    "|a − b| < margin" (``"equivalent"``) on per-seed values.
+    ``|a − b| < margin`` (``"equivalent"``) on per-seed values.
 
     ``a``, ``b``: one value per seed (``b`` may be a constant: a one-sample test).
     ``paired``: None pairs by position when both have the same length (the same seeds).
@@ -407,3 +407,61 @@ def tally(verdicts: Sequence[Verdict]) -> str:
 
     return (f"{n['holds']} of {len(verdicts)} hold, {n['contradicted']} {are(n['contradicted'])} "
             f"contradicted and {n['undecided']} {are(n['undecided'])} undecided")
+
+
+class Family:
+    """A family of claims tested over a grid of conditions and corrected together.
+
+    Each claim is a row and each condition (a training-set size, a protocol) a column, as
+    in a regime map. :meth:`add` tests one cell with :func:`compare`, or, while a side has
+    fewer than ``min_n`` values (runs still to come), notes how many it has, so a sweep
+    that is still running leaves blanks rather than one-seed guesses. :meth:`verdicts`
+    corrects the tested cells together with :func:`decide`; :meth:`table` lays the cells
+    out ("+1.42 holds", "1 of 3 seeds", "not run yet") and :meth:`tally` counts them for
+    prose.
+
+    >>> fam = Family(["small", "large"], min_n=3)
+    >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
+    >>> fam.add("CE over-confident", "large", [1.2], 1.0, "T > 1 (large)")
+    >>> fam.tally()
+    '1 of 1 hold, 0 are contradicted and 0 are undecided'
+    """
+
+    def __init__(self, columns: Sequence[str], *, min_n: int = 2,
+                 method: Literal["holm", "bh", "by"] = "holm") -> None:
+        if isinstance(min_n, bool) or not isinstance(min_n, int) or min_n < 2:
+            raise ValueError(f"min_n must be an int >= 2 (a test needs two values a side), got {min_n!r}")
+        if method not in ("holm", "bh", "by"):
+            raise ValueError(f"method must be 'holm', 'bh' or 'by', got {method!r}")
+        self.columns, self.min_n, self.method = list(columns), min_n, method
+        self._cells: dict[tuple[str, str], Verdict | str] = {}
+
+    def add(self, row: str, column: str, a: Sequence[float], b: Sequence[float] | float,
+            claim: str, **compare_kwargs: object) -> None:
+        """Test ``claim`` on ``a`` against ``b`` (:func:`compare`'s arguments) in cell (row, column)."""
+        if column not in self.columns:
+            raise ValueError(f"column {column!r} is not one of {self.columns}")
+        n = min(np.size(x) for x in (a, b) if np.ndim(x))  # a constant b: a one-sample test
+        self._cells[row, column] = (compare(a, b, claim, **compare_kwargs) if n >= self.min_n
+                                    else f"{n} of {self.min_n} seeds" if n else "not run yet")
+
+    def verdicts(self) -> list[Verdict]:
+        """The tested cells' verdicts, corrected together, in the order they were added."""
+        return decide([v for v in self._cells.values() if isinstance(v, Verdict)], self.method)
+
+    def table(self, digits: int = 2) -> object:
+        """A pandas DataFrame: one row per claim, one column per condition."""
+        import pandas as pd
+
+        decided = iter(self.verdicts())
+        rows: dict[str, dict[str, str]] = {}
+        for (row, column), cell in self._cells.items():
+            if isinstance(cell, Verdict):
+                v = next(decided)
+                cell = f"{v.effect:+.{digits}f}{v.unit} {v.outcome}"
+            rows.setdefault(row, dict.fromkeys(self.columns, "not run yet"))[column] = cell
+        return pd.DataFrame.from_dict(rows, orient="index")
+
+    def tally(self) -> str:
+        """:func:`tally` of the corrected verdicts."""
+        return tally(self.verdicts())

@@ -195,3 +195,43 @@ def test_the_bootstrap_counts_its_own_degrees_of_freedom():
     v = evidence.compare([2.0, 2.0, 2.0], [1.0, 1.0, 1.0], test_se=0.3, test_df=49)
     assert v.high - v.low == pytest.approx(2 * stats.t.ppf(0.975, 49) * 0.3)
     assert v.p == pytest.approx(2 * stats.t.sf(1 / 0.3, 49))
+
+
+# --- Family: a grid of claims corrected together, with cells still to run -------------------
+
+
+def test_family_corrects_only_the_tested_cells_together():
+    rng = np.random.default_rng(0)
+    pairs = [(rng.normal(0.5 * i, 1.0, 5), rng.normal(0.0, 1.0, 5)) for i in range(4)]
+    fam = evidence.Family(["x", "y"], min_n=3)
+    for i, (a, b) in enumerate(pairs):
+        fam.add(f"row {i // 2}", "xy"[i % 2], a, b, f"claim {i}")
+    fam.add("row 2", "x", [1.0, 2.0], [0.0, 0.5], "two seeds: not tested")
+    expected = evidence.decide([evidence.compare(a, b, f"claim {i}") for i, (a, b) in enumerate(pairs)])
+    assert fam.verdicts() == expected
+    assert fam.tally() == evidence.tally(expected)
+    table = fam.table()
+    assert list(table.columns) == ["x", "y"] and list(table.index) == ["row 0", "row 1", "row 2"]
+    assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "not run yet"
+    assert table.loc["row 0", "x"] == f"{expected[0].effect:+.2f} {expected[0].outcome}"
+
+
+def test_family_one_sample_cells_count_the_values_of_a():
+    fam = evidence.Family(["n"], min_n=3)
+    fam.add("T > 1", "n", [1.5, 1.6, 1.4], 1.0, "T above 1", unit="")
+    fam.add("T < 1", "n", [0.9], 1.0, "T below 1", direction="less")
+    assert [v.claim for v in fam.verdicts()] == ["T above 1"]
+    assert fam.table().loc["T < 1", "n"] == "1 of 3 seeds"
+
+
+@pytest.mark.parametrize("kwargs, match", [({"min_n": 1}, "min_n"), ({"min_n": True}, "min_n"),
+                                           ({"method": "bonferroni"}, "method")])
+def test_family_refuses_bad_settings(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        evidence.Family(["a"], **kwargs)
+
+
+def test_family_refuses_an_unknown_column():
+    fam = evidence.Family(["2,500", "10,000"])
+    with pytest.raises(ValueError, match="column '55,000'"):
+        fam.add("row", "55,000", [1.0, 2.0], [0.0, 1.0], "claim")

@@ -148,6 +148,29 @@ def test_the_chapters_read_the_ledger_they_were_given():
         assert sorted(values[:, -1]) == pytest.approx(sorted(final), abs=1e-6)
 
 
+def test_the_regime_sweep_is_read_by_size_and_protocol():
+    # the grid: every (loss, protocol) of the sweep at each of the three sizes, as defined
+    grid = reduction_ledger.grid("regime")
+    assert len(grid) * 3 == ledger.SWEEPS["regime"].n_cells
+    assert {n for *_, n in grid} == set(ledger.REGIME_SIZES)
+    assert reduction_ledger.size_of("lr=0.05", "regime") == 10_000  # the sweep's --train-size
+    assert reduction_ledger.size_of("lr=0.05,train_size=2500", "regime") == 2_500
+    assert reduction_ledger.protocol_of("train_size=55000,lr=0.05") == "A"
+    if not (ROOT / "regime" / "results.csv").exists():
+        pytest.skip("the regime sweep is not committed yet (make ledger LEDGER=regime)")
+    runs = reduction_ledger.protocol_runs("regime", root=ROOT)
+    assert set(zip(runs["loss"], runs["protocol"], runs["train_size"])) <= set(grid)
+    table = reduction_ledger.protocol_table(runs)  # one row per size as well
+    assert table.index.names == ["loss", "protocol", "train_size"]
+    assert table["n"].sum() == len(runs)
+    for n in ledger.REGIME_SIZES:  # each size's curves are that size's runs, last epoch = result
+        for (loss, protocol), values in reduction_ledger.epoch_curves(
+                "regime", root=ROOT, train_size=n).items():
+            final = runs[(runs["loss"] == loss) & (runs["protocol"] == protocol)
+                         & (runs["train_size"] == n)]["ece"]
+            assert sorted(values[:, -1]) == pytest.approx(sorted(final), abs=1e-6)
+
+
 def test_paper_table_sweeps_train_every_method_the_plans_would():
     from calib.experiments import plans
 

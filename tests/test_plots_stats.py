@@ -258,3 +258,19 @@ def test_interval_panels_bounds_and_seed_means():
     assert list(line.get_ydata()) == [2.0, 0.0]  # the mean over the seeds
     with pytest.raises(ValueError, match="one row per"):
         interval_panels(pd.concat([boot, boot]), "method", "value", hue="net", col="metric", low="low", high="high")
+
+
+def test_interval_panels_wrap_into_rows_and_label_a_few_log_ticks():
+    pd = pytest.importorskip("pandas")
+    from calib.plots.stats import interval_panels
+
+    rows = [{"size": n, "ece": 0.01 * i + n * 1e-6, "loss": loss, "panel": panel}
+            for i, n in enumerate((2_500, 10_000, 55_000)) for loss in ("ce", "focal")
+            for panel in "abc"]
+    fig = interval_panels(pd.DataFrame(rows), "size", "ece", hue="loss", col="panel", logx=True,
+                          ncols=2)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert len(fig.axes) == 4 and len(visible) == 3  # two rows, one empty slot hidden
+    assert [t.get_text() for t in visible[0].get_xticklabels()] == ["2,500", "10,000", "55,000"]
+    with pytest.raises(ValueError, match="ncols"):
+        interval_panels(pd.DataFrame(rows), "size", "ece", hue="loss", ncols=0)

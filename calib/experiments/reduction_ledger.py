@@ -1,21 +1,24 @@
-"""The reduction study of the ledger (chapter 11): the same losses under three training protocols.
+"""The protocol studies of the ledger: the same losses under several training protocols.
 
 The authors' code of Lin et al. (2024) sums the loss over the batch and clips the gradient
 norm at 2, where calib averages; the ledger's ``reduction`` sweep trains CE, focal loss and
 BSCE-GRA under the protocols of :data:`calib.experiments.ledger.PROTOCOLS` (A: mean, lr
 0.05; C: mean, lr 0.1, clip 2; B: sum, lr 0.1, clip 2) so that A -> C -> B separates the
-reduction from the learning rate and the clipping. This module reads that sweep: one row
-per run, tables over seeds, per-epoch curves and the last epoch's training records; a
-chapter tests the papers' orderings on them through :mod:`calib.evidence`.
+reduction from the learning rate and the clipping (chapter 11). The ``regime`` sweep trains
+the losses under A and B at three training-set sizes (chapter 14); a cell's ``train_size``
+setting gives its size, and a cell without one has the sweep's ``--train-size``. This module
+reads both: one row per run, tables over seeds, per-epoch curves and the last epoch's
+training records; a chapter tests the papers' orderings on them through :mod:`calib.evidence`.
 """
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from .ledger import PROTOCOLS, TABLE_COLUMNS, histories, load
+from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, histories, load
 
-__all__ = ["protocol_of", "protocol_runs", "protocol_table", "epoch_curves", "last_epoch", "LOSS_NAMES"]
+__all__ = ["protocol_of", "size_of", "grid", "protocol_runs", "protocol_table", "epoch_curves", "last_epoch",
+           "LOSS_NAMES"]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -23,12 +26,33 @@ def _settings(text: str) -> dict[str, str]:
 
 
 def protocol_of(settings: str) -> str:
-    """The :data:`PROTOCOLS` key of a cell's per-cell settings (``"clip_grad=2,lr=0.1"`` -> ``"C"``)."""
+    """The :data:`PROTOCOLS` key of a cell's per-cell settings (``"clip_grad=2,lr=0.1"`` -> ``"C"``);
+    a ``train_size`` among them is not part of the protocol."""
     given = _settings(settings)
+    given.pop("train_size", None)
     for key, spec in PROTOCOLS.items():
         if _settings(spec) == given:
             return key
     raise ValueError(f"settings {settings!r} are none of the protocols {PROTOCOLS}")
+
+
+def size_of(settings: str, name: str = "reduction") -> int:
+    """The number of training images of a cell of sweep ``name``: its ``train_size`` setting,
+    else the sweep's ``--train-size``."""
+    args = SWEEPS[name].args
+    return int(_settings(settings).get("train_size", args[args.index("--train-size") + 1]))
+
+
+def grid(name: str = "reduction") -> list[tuple[str, str, int]]:
+    """The sweep's cells by (loss, protocol, train_size), in the order of its ``--loss`` specs
+    (the seeds aside): what :func:`protocol_runs` holds once the sweep has finished."""
+    args = SWEEPS[name].args
+    specs = [spec for flag, spec in zip(args, args[1:]) if flag == "--loss"]
+    out = []
+    for spec in specs:  # <loss>[:<kwargs>]@<settings>, as in calib.experiments.sweep
+        loss, settings = spec.split("@", 1)
+        out.append((loss.split(":", 1)[0], protocol_of(settings), size_of(settings, name)))
+    return out
 
 
 def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None) -> Any:
@@ -40,18 +64,20 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     :data:`PROTOCOLS`), ``seed``; ``temperature``, the run's temperature fit on the
     validation split (the NLL fit in the reduction sweep); and the test-set metrics of
     the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
-    ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it.
+    ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
+    the number of training images (:func:`size_of`).
     """
     import pandas as pd
 
     rows, _ = load(name, root)
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts")
-    return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or ""))}
-                         for r in rows])
+    return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
+                          "train_size": size_of(str(r["settings"] or ""), name)} for r in rows])
 
 
 def protocol_table(runs: Any) -> Any:
-    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol).
+    """``mean ± std`` over seeds of :func:`protocol_runs`, one row per (loss, protocol), or per
+    (loss, protocol, train_size) when the runs hold more than one training-set size.
 
     ``n`` is the number of seeds in the row (with one, only the value is printed); the
     columns are the accuracy and the ECE before and after temperature scaling in percent,
@@ -61,59 +87,69 @@ def protocol_table(runs: Any) -> Any:
 
     from .tables import mean_std
 
+    keys = ["loss", "protocol"] + (["train_size"] if runs["train_size"].nunique() > 1 else [])
     rows = []
-    for (loss, protocol), group in runs.groupby(["loss", "protocol"], sort=False):
-        rows.append({"loss": loss, "protocol": protocol, "n": len(group),
+    for key, group in runs.groupby(keys, sort=False):
+        rows.append({**dict(zip(keys, key)), "n": len(group),
                      **{head: mean_std(group[col], scale) for col, head, scale in TABLE_COLUMNS}})
-    return pd.DataFrame(rows).set_index(["loss", "protocol"])
+    return pd.DataFrame(rows).set_index(keys)
 
 
 def epoch_curves(name: str = "reduction", key: str = "test_ece",
-                 root: str | os.PathLike | None = None) -> dict[tuple[str, str], Any]:
+                 root: str | os.PathLike | None = None, *,
+                 train_size: int | None = None) -> dict[tuple[str, str], Any]:
     """Per-epoch ``key`` of the cells of :func:`protocol_runs`, grouped by (loss, protocol).
 
     Returns ``{(loss, protocol): (seeds, epochs) array}`` from each cell's
     ``history.jsonl``. Only cells with a row in ``results.csv`` are read, so the curves
     rest on the same seeds as the table (a run directory finished after the last merge
-    is left out).
+    is left out). ``train_size`` keeps the cells of that size (a sweep over sizes, such as
+    ``regime``, needs it); None keeps every cell.
     """
     import numpy as np
 
     groups: dict[tuple[str, str], list[list[float]]] = {}
-    for (loss, protocol, _), history in _listed_histories(name, root).items():
-        groups.setdefault((loss, protocol), []).append([h[key] for h in history])
+    for (loss, protocol, size, _), history in _listed_histories(name, root).items():
+        if train_size is None or size == train_size:
+            groups.setdefault((loss, protocol), []).append([h[key] for h in history])
     return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
 
 
-def _listed_histories(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int], list[dict[str, Any]]]:
-    """``{(loss, protocol, seed): history}`` of the cells with a row in ``results.csv`` (a run
-    directory finished after the last merge is left out, so curves and tables share their seeds)."""
+def _listed_histories(name: str, root: str | os.PathLike | None
+                      ) -> dict[tuple[str, str, int, int], list[dict[str, Any]]]:
+    """``{(loss, protocol, train_size, seed): history}`` of the cells with a row in ``results.csv``
+    (a run directory finished after the last merge is left out, so curves and tables share
+    their seeds)."""
     rows, _ = load(name, root)
-    listed = {(str(r["loss"]), protocol_of(str(r["settings"] or "")), int(r["seed"])) for r in rows}
+    def key(loss: str, settings: str, seed: int) -> tuple[str, str, int, int]:
+        return loss, protocol_of(settings), size_of(settings, name), seed
+
+    listed = {key(str(r["loss"]), str(r["settings"] or ""), int(r["seed"])) for r in rows}
     out = {}
     for cell, history in histories(name, root).items():
         # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
         _, _, loss_spec, seed = cell.split("__")
         spec, settings = loss_spec.split("@", 1)
-        key = (spec.split("-", 1)[0], protocol_of(settings), int(seed.removeprefix("s")))
-        if key in listed:
-            out[key] = history
+        k = key(spec.split("-", 1)[0], settings, int(seed.removeprefix("s")))
+        if k in listed:
+            out[k] = history
     return out
 
 
-LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA"}  # the losses' names in the book
+LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA",  # the losses' names in the book
+              "dual_focal": "dual focal"}
 
 
 def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "classifier_norm", "train_grad_norm"),
                root: str | os.PathLike | None = None) -> Any:
     """The last epoch's ``keys`` of each cell of :func:`protocol_runs`, one row per cell.
 
-    Columns ``loss``, ``protocol``, ``seed`` and the keys (NaN where a run did not record
-    one: ``train_grad_norm``, the norm of the gradient before clipping, is recorded only
-    by runs that clip).
+    Columns ``loss``, ``protocol``, ``train_size``, ``seed`` and the keys (NaN where a run
+    did not record one: ``train_grad_norm``, the norm of the gradient before clipping, is
+    recorded only by runs that clip).
     """
     import pandas as pd
 
-    return pd.DataFrame([{"loss": loss, "protocol": protocol, "seed": seed,
+    return pd.DataFrame([{"loss": loss, "protocol": protocol, "train_size": size, "seed": seed,
                           **{k: float(history[-1].get(k, float("nan"))) for k in keys}}
-                         for (loss, protocol, seed), history in _listed_histories(name, root).items()])
+                         for (loss, protocol, size, seed), history in _listed_histories(name, root).items()])

@@ -24,6 +24,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from matplotlib.ticker import NullFormatter
 from scipy import stats as _scipy_stats
 
 from .._checks import ArrayLike, check_labels, check_probs
@@ -331,6 +332,7 @@ def interval_panels(
     ylabel: str | None = None,
     hline: float | None = None,
     sharey: bool = False,
+    ncols: int | None = None,
 ) -> Figure:
     """``y`` against ``x`` for each ``hue`` series, one panel per value of ``col``, with intervals.
 
@@ -338,8 +340,11 @@ def interval_panels(
     without them the rows of one ``(col, hue, x)`` are seeds, drawn as their mean ± one
     standard deviation. A numeric ``x`` is drawn as lines (``logx`` for sizes); a
     categorical one as dots, the series side by side. Values are multiplied by ``scale``;
-    ``hline`` marks a reference value (e.g. 0 for a bias).
+    ``hline`` marks a reference value (e.g. 0 for a bias). ``ncols`` panels a row (default:
+    all in one row); a log axis with at most six distinct ``x`` values is labelled at them.
     """
+    if ncols is not None and (isinstance(ncols, bool) or not isinstance(ncols, int) or ncols < 1):
+        raise ValueError(f"ncols must be an int >= 1 or None, got {ncols!r}")
     frame = _frame(data, [x, y, hue] + ([col] if col else []))
     keys = ([col] if col else []) + [hue, x]
     table = _summarise(frame, keys, y, low, high)
@@ -348,8 +353,12 @@ def interval_panels(
     colours = _colours(series)
     numeric = np.issubdtype(np.asarray(table[x]).dtype, np.number)
     cats = list(dict.fromkeys(table[x]))
-    fig = Figure(figsize=(min(1.2 + 2.3 * len(panels), _MAX_WIDTH), 3.0), layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False, sharey=sharey)[0]
+    ncols = min(ncols or len(panels), len(panels))
+    nrows = -(-len(panels) // ncols)
+    fig = Figure(figsize=(min(1.2 + 2.3 * ncols, _MAX_WIDTH), 3.0 * nrows), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False, sharey=sharey).ravel()
+    for ax in axes[len(panels):]:
+        ax.set_visible(False)
     for ax, panel in zip(axes, panels):
         part = table if panel is None else table[table[col] == panel]
         for i, name in enumerate(series):
@@ -366,14 +375,19 @@ def interval_panels(
                         marker="o", markersize=4, capsize=2, linewidth=1.2 if numeric else 0, elinewidth=1)
         if logx and numeric:
             ax.set_xscale("log")
+            ticks = sorted(set(table[x].astype(float)))
+            if len(ticks) <= 6:  # label the measured values, not powers of ten
+                ax.set_xticks(ticks, [f"{t:,g}" for t in ticks])
+                ax.xaxis.set_minor_formatter(NullFormatter())
         if not numeric:
             ax.set_xticks(range(len(cats)), [str(c) for c in cats], rotation=40, ha="right")
         if hline is not None:
             ax.axhline(scale * hline, color="0.4", linestyle="--", linewidth=0.9)
-        ax.set(xlabel=x if numeric else "", ylabel=ylabel or y if ax is axes[0] else "")
+        first = list(axes).index(ax) % ncols == 0
+        ax.set(xlabel=x if numeric else "", ylabel=ylabel or y if first else "")
         ax.grid(axis="y", alpha=0.3)
         _finish(ax, None if panel is None else str(panel))
-    axes[-1].legend(title=hue, fontsize=_FONT, title_fontsize=_FONT, frameon=False,
+    axes[ncols - 1].legend(title=hue, fontsize=_FONT, title_fontsize=_FONT, frameon=False,
                     loc="upper left", bbox_to_anchor=(1.0, 1.0))
     return fig
 
