@@ -274,3 +274,16 @@ def test_interval_panels_wrap_into_rows_and_label_a_few_log_ticks():
     assert [t.get_text() for t in visible[0].get_xticklabels()] == ["2,500", "10,000", "55,000"]
     with pytest.raises(ValueError, match="ncols"):
         interval_panels(pd.DataFrame(rows), "size", "ece", hue="loss", ncols=0)
+
+
+def test_interval_panels_level_draws_the_t_interval_of_the_seed_mean():
+    pd = pytest.importorskip("pandas")
+    from calib.plots.stats import _summarise, t_interval
+
+    frame = pd.DataFrame({"x": [1, 1, 1, 2], "y": [1.0, 2.0, 4.0, 3.0], "h": "a"})
+    out = _summarise(frame, ["h", "x"], "y", None, None, level=0.95).set_index("x")
+    assert (out.loc[1, "_lo"], out.loc[1, "_hi"]) == pytest.approx(t_interval([1.0, 2.0, 4.0]))
+    assert out.loc[1, "_y"] == pytest.approx(7 / 3) and np.isnan(out.loc[2, "_lo"])  # one seed: no bar
+    with pytest.raises(ValueError, match="level"):
+        from calib.plots.stats import interval_panels
+        interval_panels(frame, "x", "y", hue="h", level=95)

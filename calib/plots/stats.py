@@ -305,8 +305,10 @@ def sweep_heatmap(
     return fig
 
 
-def _summarise(frame: Any, keys: list[str], y: str, low: str | None, high: str | None) -> Any:
-    """One row per ``keys``: ``_y, _lo, _hi`` from the given bounds, or mean ± std over the rows."""
+def _summarise(frame: Any, keys: list[str], y: str, low: str | None, high: str | None,
+               level: float | None = None) -> Any:
+    """One row per ``keys``: ``_y, _lo, _hi`` from the given bounds, or over the rows their mean
+    ± std (``level`` None) or the Student-t interval of their mean (:func:`t_interval`)."""
     if low is not None and high is not None:
         if frame.duplicated(keys).any():
             raise ValueError(f"with low/high given, data must hold one row per {keys}")
@@ -314,6 +316,10 @@ def _summarise(frame: Any, keys: list[str], y: str, low: str | None, high: str |
         bounds = {k: frame[c].astype(float) for k, c in (("_lo", low), ("_hi", high))}
         return frame.assign(_y=_numeric(frame, y), **bounds)
     g = frame.assign(_v=_numeric(frame, y)).groupby(keys, sort=False)["_v"]
+    if level is not None:
+        out = g.agg(_y="mean", _lo=lambda v: t_interval(v, level)[0],
+                    _hi=lambda v: t_interval(v, level)[1]).reset_index()
+        return out
     out = g.agg(["mean", "std"]).fillna({"std": 0.0}).reset_index()
     return out.assign(_y=out["mean"], _lo=out["mean"] - out["std"], _hi=out["mean"] + out["std"])
 
@@ -333,12 +339,14 @@ def interval_panels(
     hline: float | None = None,
     sharey: bool = False,
     ncols: int | None = None,
+    level: float | None = None,
 ) -> Figure:
     """``y`` against ``x`` for each ``hue`` series, one panel per value of ``col``, with intervals.
 
     With ``low``/``high`` (e.g. bootstrap bounds) each row is one point and its bounds;
     without them the rows of one ``(col, hue, x)`` are seeds, drawn as their mean ± one
-    standard deviation. A numeric ``x`` is drawn as lines (``logx`` for sizes); a
+    standard deviation, or, given ``level`` (e.g. 0.95), with the Student-t interval of
+    their mean (:func:`t_interval`; none for a single seed). A numeric ``x`` is drawn as lines (``logx`` for sizes); a
     categorical one as dots, the series side by side. Values are multiplied by ``scale``;
     ``hline`` marks a reference value (e.g. 0 for a bias). ``ncols`` panels a row (default:
     all in one row); a log axis with at most six distinct ``x`` values is labelled at them.
@@ -347,7 +355,9 @@ def interval_panels(
         raise ValueError(f"ncols must be an int >= 1 or None, got {ncols!r}")
     frame = _frame(data, [x, y, hue] + ([col] if col else []))
     keys = ([col] if col else []) + [hue, x]
-    table = _summarise(frame, keys, y, low, high)
+    if level is not None and not 0 < level < 1:
+        raise ValueError(f"level must lie in (0, 1), got {level!r}")
+    table = _summarise(frame, keys, y, low, high, level)
     panels = list(dict.fromkeys(table[col])) if col else [None]
     series = list(dict.fromkeys(table[hue]))
     colours = _colours(series)
