@@ -69,12 +69,13 @@ class Verdict:
     alpha: float = 0.05
     margin: float | None = None
     unit: str = ""
+    family_size: int = 1  # how many verdicts :func:`decide` corrected together
 
     def __str__(self) -> str:
         u = self.unit
         interval = f"[{self.low:+.3g}, {self.high:+.3g}]{u}" if math.isfinite(self.low) else "[no interval]"
-        adjusted = self.p_adjusted != self.p
-        p = f"p = {self.p_adjusted:.2g}" + (" adj." if adjusted else "")
+        adjusted = self.family_size > 1
+        p = f"p = {_p_text(self.p_adjusted, self.alpha)}" + (" adj." if adjusted else "")
         # the interval is per comparison; in a family the verdict follows the adjusted p
         level = f"{100 * (1 - self._level()):.0f}% CI" + (" per comparison" if adjusted else "")
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
@@ -88,6 +89,12 @@ class Verdict:
         return {"claim": self.claim, "verdict": self.outcome, "difference": self.effect,
                 "CI low": self.low, "CI high": self.high, "p (adjusted)": self.p_adjusted,
                 "seeds": f"{self.n_a} vs {self.n_b}" if self.n_b else str(self.n_a), "test": self.test}
+
+
+def _p_text(p: float, alpha: float) -> str:
+    """p to two significant digits, or three where two would round it across alpha (0.0498)."""
+    text = f"{p:.2g}"
+    return text if (float(text) < alpha) == (p < alpha) else f"{p:.3g}"
 
 
 def _values(x: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -234,7 +241,7 @@ def decide(verdicts: Sequence[Verdict], method: Literal["holm", "bh", "by"] = "h
             outcome = v.outcome if q < v.alpha or v.outcome != "holds" else "undecided"
         else:
             outcome = _outcome(v.direction, v.effect, float(q), v.alpha)
-        out.append(replace(v, p_adjusted=float(q), outcome=outcome))
+        out.append(replace(v, p_adjusted=float(q), outcome=outcome, family_size=len(verdicts)))
     return out
 
 
@@ -424,7 +431,7 @@ class Family:
     >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
     >>> fam.add("CE over-confident", "large", [1.2], 1.0, "T > 1 (large)")
     >>> fam.tally()
-    '1 of 1 hold, 0 are contradicted and 0 are undecided'
+    '1 of 1 hold, 0 are contradicted and 0 are undecided (1 more not tested yet: runs to come)'
     """
 
     def __init__(self, columns: Sequence[str], *, min_n: int = 2,
@@ -463,5 +470,6 @@ class Family:
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def tally(self) -> str:
-        """:func:`tally` of the corrected verdicts."""
-        return tally(self.verdicts())
+        """:func:`tally` of the corrected verdicts, and how many cells are not tested yet."""
+        waiting = sum(not isinstance(v, Verdict) for v in self._cells.values())
+        return tally(self.verdicts()) + (f" ({waiting} more not tested yet: runs to come)" if waiting else "")

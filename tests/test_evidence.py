@@ -209,7 +209,7 @@ def test_family_corrects_only_the_tested_cells_together():
     fam.add("row 2", "x", [1.0, 2.0], [0.0, 0.5], "two seeds: not tested")
     expected = evidence.decide([evidence.compare(a, b, f"claim {i}") for i, (a, b) in enumerate(pairs)])
     assert fam.verdicts() == expected
-    assert fam.tally() == evidence.tally(expected)
+    assert fam.tally() == evidence.tally(expected) + " (1 more not tested yet: runs to come)"
     table = fam.table()
     assert list(table.columns) == ["x", "y"] and list(table.index) == ["row 0", "row 1", "row 2"]
     assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "not run yet"
@@ -235,3 +235,16 @@ def test_family_refuses_an_unknown_column():
     fam = evidence.Family(["2,500", "10,000"])
     with pytest.raises(ValueError, match="column '55,000'"):
         fam.add("row", "55,000", [1.0, 2.0], [0.0, 1.0], "claim")
+
+
+def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
+    a, b = [3.0, 3.2, 2.9], [1.0, 1.1, 0.8]
+    fam = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "reversed")])
+    assert all(v.family_size == 2 for v in fam)
+    assert all(" adj." in str(v) and "per comparison" in str(v) for v in fam)
+    assert " adj." not in str(evidence.compare(a, b, "alone"))
+
+
+@pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5")])
+def test_p_values_are_not_rounded_across_alpha(p, text):
+    assert evidence._p_text(p, 0.05) == text

@@ -65,12 +65,12 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     validation split (the NLL fit in the reduction sweep); and the test-set metrics of
     the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
     ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
-    the number of training images (:func:`size_of`).
+    the number of training images (:func:`size_of`); ``seconds``, the run's training time.
     """
     import pandas as pd
 
     rows, _ = load(name, root)
-    keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts")
+    keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
     return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
                           "train_size": size_of(str(r["settings"] or ""), name)} for r in rows])
 
