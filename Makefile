@@ -98,9 +98,9 @@ test-notebooks-and-book: $(STAMP) fashion-mnist
 test-unit: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not browser" --durations=10 tests
 
-# The unit tests less the otter gradings of the coursework's typical mistakes (a kernel
-# each, ~2.5 CPU-minutes), which `make test` runs on the core the smoke passes leave idle
-# while nbval finishes.
+# The unit tests less the otter gradings of the coursework (solutions, blanks and typical
+# mistakes: a kernel each, ~8 CPU-minutes), which `make test` runs on the core the smoke
+# passes leave idle while nbval finishes.
 test-unit-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not browser and not grading" --durations=10 tests
 

@@ -431,7 +431,7 @@ class Family:
     >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
     >>> fam.add("CE over-confident", "large", [1.2], 1.0, "T > 1 (large)")
     >>> fam.tally()
-    '1 of 1 hold, 0 are contradicted and 0 are undecided (1 more not tested yet: runs to come)'
+    '1 of 1 hold, 0 are contradicted and 0 are undecided (1 not tested yet)'
     """
 
     def __init__(self, columns: Sequence[str], *, min_n: int = 2,
@@ -472,4 +472,4 @@ class Family:
     def tally(self) -> str:
         """:func:`tally` of the corrected verdicts, and how many cells are not tested yet."""
         waiting = sum(not isinstance(v, Verdict) for v in self._cells.values())
-        return tally(self.verdicts()) + (f" ({waiting} more not tested yet: runs to come)" if waiting else "")
+        return tally(self.verdicts()) + (f" ({waiting} not tested yet)" if waiting else "")

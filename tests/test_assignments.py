@@ -13,9 +13,9 @@ kernel. A notebook whose setup raises must come back as a failed grading, not a 
 fresh build and hold no solution and no hidden test.
 
 Each grading starts a kernel (about 10-30 s on two busy cores); the cases are separate
-tests so that ``pytest -n 2`` spreads them. The typical-mistake cases carry the
-``grading`` mark: ``make test`` runs them on the core the smoke passes leave idle beside
-nbval (``make test-grading``), the others with the unit tests.
+tests so that ``pytest -n 2`` spreads them. Every grading case carries the ``grading``
+mark: ``make test`` runs them on the core the smoke passes leave idle beside nbval
+(``make test-grading``), the other tests of this file with the unit tests.
 """
 from __future__ import annotations
 
@@ -165,7 +165,8 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
 }
 
 NAMES = [m.stem for m in ba.masters()]
-CASES = [pytest.param(n, c, id=f"{n[:2]}-{c}") for c in ("solution", "blank") for n in NAMES]
+CASES = [pytest.param(n, c, id=f"{n[:2]}-{c}", marks=pytest.mark.grading)
+         for c in ("solution", "blank") for n in NAMES]
 CASES += [pytest.param(n, m, id=f"{n[:2]}-{m}", marks=pytest.mark.grading)
           for n in NAMES for m, mistake in MISTAKES.get(n, {}).items() if not mistake.alongside]
 # the file name every LMS gives a submission: never the assignment's own
