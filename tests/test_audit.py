@@ -9,10 +9,6 @@ from calib import profile
 from calib.experiments import audit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-# Training chapters whose claims have not been through `make audit` yet (issue 32): their
-# claim() calls predate the audit. Each leaves this set when its records are committed.
-PENDING = {"10_bench_of_regularisers",
-           "11_reproducing_tables"}
 
 
 def _code(chapter: str) -> str:
@@ -41,8 +37,6 @@ def test_claim_texts_are_found_and_literals_flagged():
 
 @pytest.mark.parametrize("chapter", audit.TRAINING_CHAPTERS)
 def test_asserted_claims_held_in_every_audited_run(chapter):
-    if chapter in PENDING:
-        pytest.skip(f"{chapter}: not audited yet (issue 32); its claims predate make audit")
     texts = claim_texts(_code(chapter))
     assert all(isinstance(t, str) for t in texts), (
         f"{chapter}: a claim() text is not a string literal, so the audit cannot match it")
