@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import dataclasses
 import os
 import statistics
 import sys
@@ -50,6 +51,7 @@ from _timing import header, interleaved_times, median_time, paired_ratio, row  #
 
 from calib import profile  # noqa: E402
 from calib.data import Splits  # noqa: E402
+from calib.experiments.grid import parse_loss  # noqa: E402
 from calib.train import TrainConfig, Trainer  # noqa: E402
 from calib.train.distributed import deterministic as fit_mode  # noqa: E402
 from calib.train.progress import Monitor, tqdm_class  # noqa: E402
@@ -193,6 +195,28 @@ def per_epoch_extras(trainer: Trainer, out: Path) -> dict[str, Callable[[], obje
 # -- the report -----------------------------------------------------------------------------
 
 
+def step_flops(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, amp: torch.dtype | None) -> int:
+    """Floating-point operations of one forward + backward on the batch ``(x, y)`` (PyTorch's
+    FlopCounterMode: matrix products and convolutions, the work that can reach the peak)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model = copy.deepcopy(model)
+    with FlopCounterMode(display=False) as counter:
+        forward_backward(model, [(x, y)], amp)
+    return counter.get_total_flops()
+
+
+def matmul_peak(device: torch.device, n: int = 8192, repeat: int = 10) -> float:
+    """FLOP/s of an ``n``-cubed bf16 matrix product on ``device``, the ceiling a training step is set against."""
+    a, b = (torch.randn(n, n, device=device, dtype=torch.bfloat16) for _ in range(2))
+    return 2 * n**3 / median_time(lambda: a @ b, repeat=repeat, warmup=3)
+
+
+def trainer_variant(cfg: TrainConfig, data: Splits, **change: object) -> Trainer:
+    """Another trainer on the same data with some settings changed (another loss, torch.compile)."""
+    return Trainer(dataclasses.replace(cfg, **change), data=data)
+
+
 def compare(args: argparse.Namespace) -> None:
     data = load_data(args.data, args.train_size, args.val_size)
     cfg = TrainConfig(data=data.name, model=args.model, loss="ce", epochs=10**6, milestones=(),
@@ -223,6 +247,13 @@ def compare(args: argparse.Namespace) -> None:
              trainer_row: lambda: trainer_epoch(trainer, devnull)}
     if device.type != "cpu":
         del loops["minimal loop, deterministic (fit on CPU)"]
+    for spec in args.also_loss:
+        name, kwargs = parse_loss(spec)
+        other = trainer_variant(cfg, data, loss=name, loss_kwargs=kwargs)
+        loops[f"Trainer epoch, loss {spec}"] = lambda t=other: trainer_epoch(t, devnull)
+    if args.compile:  # the first (warm-up) round compiles
+        compiled = trainer_variant(cfg, data, compile=True)
+        loops["Trainer epoch, torch.compile"] = lambda: trainer_epoch(compiled, devnull)
     t_wall = time.perf_counter()
     times = interleaved_times(loops, rounds=args.rounds, warmup=1, clock=clock)
     t_wall = time.perf_counter() - t_wall
@@ -233,6 +264,14 @@ def compare(args: argparse.Namespace) -> None:
         med, lo, hi = paired_ratio(t, times["minimal loop"])
         sec = statistics.median(t)
         print(f"{name:<50} {sec * 1e3:9.0f}  {med:6.3f}x  ({lo:.2f}-{hi:.2f}) {n_img / sec:7.0f}")
+    flops = step_flops(bare, *batches[0], amp) * len(batches)
+    peak = matmul_peak(device) if device.type == "cuda" else None
+    for name in ("minimal loop", trainer_row):
+        rate = flops / statistics.median(times[name])
+        share = f", {rate / peak:.1%} of the bf16 matrix-product peak measured here ({peak / 1e12:.0f} TFLOP/s)" \
+            if peak else ""
+        print(f"{name}: {flops / len(batches) / 1e9:.2f} GFLOP per step (forward + backward), "
+              f"{rate / 1e12:.3f} TFLOP/s{share}")
     if cpu_clock:
         print(f"(wall / CPU time over these epochs: {t_wall / sum(map(sum, times.values())):.2f}; "
               "above 1 the machine is shared, which CPU time largely discounts)")
@@ -334,6 +373,9 @@ def main() -> None:
     ap.add_argument("--clock", default="auto", choices=("auto", "cpu", "wall"),
                     help="auto: CPU time of the process on a one-thread CPU run, else wall time")
     ap.add_argument("--repeat", type=int, default=5, help="repeats of each single-piece timing")
+    ap.add_argument("--also-loss", action="append", default=[], metavar="NAME[:KEY=VALUE,...]",
+                    help="also time the trainer's epoch with this loss (e.g. bsce_gra:gamma=4,norm=2)")
+    ap.add_argument("--compile", action="store_true", help="also time the trainer's epoch under torch.compile")
     args = ap.parse_args()
     if args.threads > 0:
         torch.set_num_threads(args.threads)

@@ -277,6 +277,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("names", nargs="*", metavar="NAME", help="ledger sweeps to run (default: all)")
     g.add_argument("--root", default="results", help="the ledger's folder")
     g.add_argument("--jobs", type=_positive(int), default=2, help="one-thread shards run in parallel")
+    g.add_argument("--device", default=None,
+                   help="where the shards train: cpu, cuda, ... (default: CUDA when present); recorded per session")
     g.set_defaults(run=cmd_ledger, subparser=g)
 
     a = sub.add_parser("audit", help="execute the training chapters at several seed offsets and thread "
@@ -318,7 +320,7 @@ def cmd_ledger(args: argparse.Namespace) -> int:
     from .experiments import ledger
 
     for name in args.names or ledger.names():
-        prov = ledger.run(name, args.root, args.jobs)
+        prov = ledger.run(name, args.root, args.jobs, device=args.device)
         print(f"ledger {name}: {prov['cells_finished']}/{prov['cells_planned']} cells, "
               f"{prov['training_seconds'] / 3600:.2f} hours of one-thread training")
     return 0

@@ -226,6 +226,28 @@ def test_run_and_a_stopped_session_leave_a_committable_ledger(tmp_path, monkeypa
     prov = ledger.record("tiny", tmp_path, stopped=True)  # what Ctrl+C leaves behind
     assert len(prov["sessions"]) == 2 and "stopped" in prov["sessions"][-1]
     assert json.loads((tmp_path / "tiny" / ledger.PROVENANCE_FILE).read_text()) == prov
+    # each session names its own torch and python; the device only where it was not the CPU
+    assert prov["sessions"][-1]["torch"] == torch.__version__ and "device" not in prov["sessions"][0]
+
+
+def test_a_gpu_session_is_named_by_its_gpu_and_never_re_derived(tmp_path, monkeypatch):
+    cmd = ledger.command("regime", tmp_path, (2, 11), "cuda")
+    assert cmd[-4:] == ["--shard", "2/11", "--device", "cuda"]
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H200")
+    here = ledger.machine()
+    gpu = ledger.machine("cuda")
+    assert gpu.startswith(here.rsplit(", ", 1)[0]) and "NVIDIA H200" in gpu
+    monkeypatch.setattr(ledger, "machine", lambda device=None: here)
+    _fake_sweep(tmp_path, "bench", [{"commit": "a", "machine": here}, {"commit": "b", "machine": gpu}], here)
+    assert ledger.rederivable_cells(tmp_path) == []  # a GPU's cells differ from a CPU's in the last bits
+    assert ledger._thread_env()["NVIDIA_TF32_OVERRIDE"] == "0"  # float32 convolutions on a GPU too
+
+
+def test_the_commit_comes_from_the_environment_where_git_has_no_repository(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    monkeypatch.setenv("CALIB_COMMIT", "abc123")
+    assert ledger._git_commit() == "abc123"
 
 
 def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys):

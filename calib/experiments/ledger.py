@@ -173,10 +173,15 @@ def _sweep(name: str) -> LedgerSweep:
     return SWEEPS[name]
 
 
-def command(name: str, root: str | os.PathLike = ROOT, shard: tuple[int, int] | None = None) -> list[str]:
-    """The ``python -m calib sweep`` command line of a ledger sweep (one shard of it, if given)."""
+def command(name: str, root: str | os.PathLike = ROOT, shard: tuple[int, int] | None = None,
+            device: str | None = None) -> list[str]:
+    """The ``python -m calib sweep`` command line of a ledger sweep (one shard of it, if given).
+
+    ``device`` is a runtime setting: it changes where the cells train, not which cells
+    they are, so a sweep's cells may come from several machines.
+    """
     cmd = ["python", "-m", "calib", "sweep", *_sweep(name).args, "--out", str(Path(root) / name)]
-    return cmd + (["--shard", f"{shard[0]}/{shard[1]}"] if shard else [])
+    return cmd + (["--shard", f"{shard[0]}/{shard[1]}"] if shard else []) + (["--device", device] if device else [])
 
 
 def refresh_command(name: str) -> str:
@@ -184,25 +189,36 @@ def refresh_command(name: str) -> str:
 
 
 def _thread_env() -> dict[str, str]:
-    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "CALIB_PROGRESS": "0"}
+    # NVIDIA_TF32_OVERRIDE=0: on a GPU, cuDNN's convolutions would otherwise round their inputs to
+    # TF32 (10-bit mantissa); the ledger's cells compute in float32 wherever they run.
+    return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "CALIB_PROGRESS": "0",
+            "NVIDIA_TF32_OVERRIDE": "0"}
 
 
-def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys.stderr) -> dict[str, Any]:
+def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys.stderr,
+        device: str | None = None) -> dict[str, Any]:
     """Run (or resume) a ledger sweep in ``jobs`` one-thread shards, merge, write its provenance.
 
-    Returns the provenance. Finished cells are skipped, so this is also how an interrupted
-    ledger continues. Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the
+    ``device`` (default: CUDA when present, else the CPU) is passed to every shard; on a
+    GPU the shards share it. The session names the GPU, so cells made there are never
+    re-derived on a CPU (:func:`rederivable_cells`). Returns the provenance.
+
+    Finished cells are skipped, so this is also how an interrupted ledger continues. Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the
     finished cells are merged into ``results.csv`` and the session is recorded as stopped,
     so what is there can be committed and ``make ledger`` resumes it later.
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")
+    if device is None:
+        from .. import profile
+
+        device = str(profile.device())  # what the shards will pick, named in the provenance
     start, commit = time.time(), _git_commit()
     if name in REUSE:
         reuse(name, REUSE[name], root, log)
     procs = []
     for i in range(1, jobs + 1):
-        cmd = command(name, root, (i, jobs) if jobs > 1 else None)
+        cmd = command(name, root, (i, jobs) if jobs > 1 else None, device)
         print(f"ledger {name}: {shlex.join(cmd)}", file=log, flush=True)
         procs.append(subprocess.Popen([sys.executable, *cmd[1:]], env=_thread_env()))
     try:
@@ -213,13 +229,13 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
                 p.send_signal(signal.SIGINT)  # a shard checkpoints its cell and stops
         for p in procs:
             p.wait()
-        record(name, root, jobs, commit, start, stopped=True)
+        record(name, root, jobs, commit, start, stopped=True, device=device)
         print(f"ledger {name}: stopped; finished cells merged, {refresh_command(name)} resumes it",
               file=log, flush=True)
         raise
     if any(codes):
         raise RuntimeError(f"ledger sweep {name!r}: a shard exited with {codes}; re-run to resume")
-    return record(name, root, jobs, commit, start)
+    return record(name, root, jobs, commit, start, device=device)
 
 
 def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys.stderr) -> list[str]:
@@ -255,12 +271,17 @@ def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys
 
 
 def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str | None = None,
-           start: float | None = None, *, stopped: bool = False) -> dict[str, Any]:
+           start: float | None = None, *, stopped: bool = False, device: str | None = None) -> dict[str, Any]:
     """Merge the finished cells into ``results.csv`` and add this session to the provenance."""
+    import torch
+
     subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
     prov = provenance(name, root)
-    session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit(), "machine": machine(),
-                               "cpu_capability": _cpu_capability()}
+    session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit(), "machine": machine(device),
+                               "cpu_capability": _cpu_capability(), "torch": torch.__version__,
+                               "python": platform.python_version()}
+    if device and device != "cpu":
+        session["device"] = device
     if start is not None:
         session["wall_seconds"] = round(time.time() - start, 1)
     now = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
@@ -272,12 +293,14 @@ def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str
 
 
 def _git_commit() -> str:
+    """HEAD (flagged when calib/ has uncommitted changes); ``$CALIB_COMMIT`` where git has no
+    repository to read, e.g. a copy of the working tree sent to a GPU machine without ``.git``."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "calib"], capture_output=True, text=True).stdout
         return sha + ("+uncommitted changes in calib/" if dirty.strip() else "")
     except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+        return os.environ.get("CALIB_COMMIT", "unknown")
 
 
 def _cpu_model() -> str:
@@ -290,9 +313,15 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown"
 
 
-def machine() -> str:
-    """This machine as a provenance names it: architecture, CPU model, core count."""
-    return f"{platform.machine()}, {_cpu_model()}, {os.cpu_count()} cores"
+def machine(device: str | None = None) -> str:
+    """This machine as a provenance names it: architecture, CPU model, the GPU if ``device``
+    is a CUDA device, core count."""
+    gpu = ""
+    if device and device.startswith("cuda"):
+        import torch
+
+        gpu = f", {torch.cuda.get_device_name(torch.device(device))}"
+    return f"{platform.machine()}, {_cpu_model()}{gpu}, {os.cpu_count()} cores"
 
 
 def _cpu_capability() -> str:
@@ -343,8 +372,8 @@ def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
         "purpose": _sweep(name).purpose,
         "command": shlex.join(command(name, root)),
         "threads_per_process": THREADS,
-        "torch": torch.__version__,
-        "python": platform.python_version(),
+        "torch": old.get("torch", torch.__version__),  # of its first session, like machine
+        "python": old.get("python", platform.python_version()),
         "machine": old.get("machine", machine()),  # of its first session; each session names its own
         "cells_finished": len(rows),
         "cells_diverged": len(diverged_cells(name, root)),
