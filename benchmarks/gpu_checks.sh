@@ -3,7 +3,7 @@
 #
 # 1. The regime ledger's nine mean-protocol (A) cells at all 55,000 training images, nine
 #    one-thread processes sharing the GPU, float32 (NVIDIA_TF32_OVERRIDE=0: no TF32 in cuDNN's
-#    convolutions). They run as a sweep of exactly those cells, with the regime sweep's own
+#    convolutions) at the quick profile (CUDA would make colab the default). They run as a sweep of exactly those cells, with the regime sweep's own
 #    arguments, into a scratch folder; the cells are then copied into results/regime and the
 #    session is recorded in its provenance (ledger.record, device named). A run stopped by the
 #    time limit checkpoints its cells (SIGINT) and is recorded as stopped.
@@ -32,14 +32,14 @@ cells=(--loss "ce@lr=0.05,train_size=55000" --loss "focal:gamma=3@lr=0.05,train_
 scratch=${SCRATCH:-/tmp/regime-a55}
 start=$(date +%s)
 for i in 1 2 3 4 5 6 7 8 9; do
-  OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NVIDIA_TF32_OVERRIDE=0 timeout -s INT -k 60 "$LEDGER_S" \
+  CALIB_PROFILE=quick OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 NVIDIA_TF32_OVERRIDE=0 timeout -s INT -k 60 "$LEDGER_S" \
     $PY -m calib sweep "${fm[@]}" "${cells[@]}" --out "$scratch" --shard "$i/9" --device "${DEVICE:-cuda}" \
     > "$OUT/shard$i.log" 2>&1 &
 done
 wait
 cat "$OUT"/shard*.log > "$OUT/ledger.log"; rm -f "$OUT"/shard*.log
 mkdir -p results/regime/runs && cp -a "$scratch/runs/." results/regime/runs/
-$PY - "$start" "$scratch" >> "$OUT/ledger.log" 2>&1 <<'PYEOF'
+CALIB_PROFILE=quick $PY - "$start" "$scratch" >> "$OUT/ledger.log" 2>&1 <<'PYEOF'
 import os, sys
 from pathlib import Path
 from calib.experiments import ledger
@@ -50,6 +50,7 @@ print(f"regime: {prov['cells_finished']}/{prov['cells_planned']} cells")
 PYEOF
 tar czf "$OUT/regime.tar.gz" --exclude=logits.pt results/regime
 echo "ledger step: $(( $(date +%s) - start )) s" >> "$OUT/ledger.log"
+[ -n "${SKIP_BENCH:-}" ] && exit 0
 
 bench() {  # name, seconds, train_step.py arguments
   local name=$1 limit=$2; shift 2

@@ -240,7 +240,8 @@ def test_a_gpu_session_is_named_by_its_gpu_and_never_re_derived(tmp_path, monkey
     monkeypatch.setattr(ledger, "machine", lambda device=None: here)
     _fake_sweep(tmp_path, "bench", [{"commit": "a", "machine": here}, {"commit": "b", "machine": gpu}], here)
     assert ledger.rederivable_cells(tmp_path) == []  # a GPU's cells differ from a CPU's in the last bits
-    assert ledger._thread_env()["NVIDIA_TF32_OVERRIDE"] == "0"  # float32 convolutions on a GPU too
+    env = ledger._thread_env()  # the same cells on a GPU: float32 convolutions, the quick profile
+    assert env["NVIDIA_TF32_OVERRIDE"] == "0" and env["CALIB_PROFILE"] == "quick"
 
 
 def test_the_commit_comes_from_the_environment_where_git_has_no_repository(tmp_path, monkeypatch):

@@ -44,6 +44,7 @@ __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
 THREADS = 1  # per process: the re-derivation test runs with the same count
+PROFILE = "quick"  # every ledger cell's profile, on a GPU machine too
 
 # Fashion-MNIST at the real CPU scale of the book (the book plan): 10,000 training images,
 # 5,000 held out for temperature scaling, the 10,000 test images; cnn5 (width 16, ~98k
@@ -189,10 +190,11 @@ def refresh_command(name: str) -> str:
 
 
 def _thread_env() -> dict[str, str]:
-    # NVIDIA_TF32_OVERRIDE=0: on a GPU, cuDNN's convolutions would otherwise round their inputs to
-    # TF32 (10-bit mantissa); the ledger's cells compute in float32 wherever they run.
+    # The ledger's cells are the same runs wherever they train: the quick profile (with CUDA
+    # present the default would be colab, a different cell identity) in float32 (without
+    # NVIDIA_TF32_OVERRIDE=0, cuDNN's convolutions round their inputs to TF32, a 10-bit mantissa).
     return {**os.environ, "OMP_NUM_THREADS": str(THREADS), "MKL_NUM_THREADS": str(THREADS), "CALIB_PROGRESS": "0",
-            "NVIDIA_TF32_OVERRIDE": "0"}
+            "CALIB_PROFILE": PROFILE, "NVIDIA_TF32_OVERRIDE": "0"}
 
 
 def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys.stderr,
