@@ -328,6 +328,16 @@ def test_merge_reports_missing_cells(tmp_path):
     assert "not finished" in (out / "summary.md").read_text()
 
 
+def test_merge_refuses_a_finished_cell_of_another_configuration(tmp_path):
+    # a cell copied in from a run at another profile (a GPU machine's default) is not this sweep's
+    out = tmp_path / "s"
+    sw.sweep(out, ["ce"], [0], progress=False, **TINY)
+    config = out / "runs" / "digits__mlp__ce__s0" / "config.json"
+    config.write_text(config.read_text().replace('"profile": "quick"', '"profile": "colab"'))
+    with pytest.raises(sw.SweepError, match="another configuration"):
+        sw.sweep(out, ["ce"], [0], merge=True, progress=False, **TINY)
+
+
 def test_resume_of_an_interrupted_cell_in_process(tmp_path, reference):
     """A cell stopped after its first epoch (checkpoint only) is continued, not restarted."""
     _, ref = reference
