@@ -469,6 +469,13 @@ class Family:
             rows.setdefault(row, dict.fromkeys(self.columns, "not run yet"))[column] = cell
         return pd.DataFrame.from_dict(rows, orient="index")
 
+    def outcomes(self) -> dict[tuple[str, str], str]:
+        """``{(row, column): outcome}`` after the correction; an untested cell gives its note
+        ("1 of 3 seeds"), a cell never added is absent. For checking what prose says of the map."""
+        decided = iter(self.verdicts())
+        return {key: next(decided).outcome if isinstance(cell, Verdict) else cell
+                for key, cell in self._cells.items()}
+
     def tally(self) -> str:
         """:func:`tally` of the corrected verdicts, and how many cells are not tested yet."""
         waiting = sum(not isinstance(v, Verdict) for v in self._cells.values())

@@ -214,6 +214,9 @@ def test_family_corrects_only_the_tested_cells_together():
     assert list(table.columns) == ["x", "y"] and list(table.index) == ["row 0", "row 1", "row 2"]
     assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "not run yet"
     assert table.loc["row 0", "x"] == f"{expected[0].effect:+.2f} {expected[0].outcome}"
+    outcomes = fam.outcomes()  # the corrected outcome of each cell, the untested one's note
+    assert outcomes[("row 1", "y")] == expected[3].outcome and outcomes[("row 2", "x")] == "2 of 3 seeds"
+    assert ("row 2", "y") not in outcomes
 
 
 def test_family_one_sample_cells_count_the_values_of_a():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, histories, load
+from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load
 
 __all__ = ["protocol_of", "size_of", "grid", "protocol_runs", "protocol_table", "epoch_curves", "last_epoch",
            "LOSS_NAMES"]
@@ -65,14 +65,18 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     validation split (the NLL fit in the reduction sweep); and the test-set metrics of
     the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
     ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
-    the number of training images (:func:`size_of`); ``seconds``, the run's training time.
+    the number of training images (:func:`size_of`); ``seconds``, the run's training time;
+    ``device``, where it trained (``cpu``, or the ``cuda`` of a ledger session on a GPU).
     """
     import pandas as pd
 
     rows, _ = load(name, root)
+    where = _devices(name, root)
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
-    return pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
-                          "train_size": size_of(str(r["settings"] or ""), name)} for r in rows])
+    frame = pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
+                           "train_size": size_of(str(r["settings"] or ""), name)} for r in rows])
+    keys = zip(frame["loss"], frame["protocol"], frame["train_size"], frame["seed"])
+    return frame.assign(device=[where[k] for k in keys])
 
 
 def protocol_table(runs: Any) -> Any:
@@ -121,19 +125,29 @@ def _listed_histories(name: str, root: str | os.PathLike | None
     (a run directory finished after the last merge is left out, so curves and tables share
     their seeds)."""
     rows, _ = load(name, root)
-    def key(loss: str, settings: str, seed: int) -> tuple[str, str, int, int]:
-        return loss, protocol_of(settings), size_of(settings, name), seed
+    listed = {_key(name, str(r["loss"]), str(r["settings"] or ""), int(r["seed"])) for r in rows}
+    return {k: history for cell, history in histories(name, root).items() if (k := _cell_key(name, cell)) in listed}
 
-    listed = {key(str(r["loss"]), str(r["settings"] or ""), int(r["seed"])) for r in rows}
-    out = {}
-    for cell, history in histories(name, root).items():
-        # cell names read <data>__<model>__<loss spec>@<settings>__s<seed> (calib.experiments.sweep)
-        _, _, loss_spec, seed = cell.split("__")
-        spec, settings = loss_spec.split("@", 1)
-        k = key(spec.split("-", 1)[0], settings, int(seed.removeprefix("s")))
-        if k in listed:
-            out[k] = history
-    return out
+
+def _key(name: str, loss: str, settings: str, seed: int) -> tuple[str, str, int, int]:
+    return loss, protocol_of(settings), size_of(settings, name), seed
+
+
+def _cell_key(name: str, cell: str) -> tuple[str, str, int, int]:
+    """A cell directory's (loss, protocol, train_size, seed); its name reads
+    ``<data>__<model>__<loss spec>@<settings>__s<seed>`` (calib.experiments.sweep)."""
+    _, _, loss_spec, seed = cell.split("__")
+    spec, settings = loss_spec.split("@", 1)
+    return _key(name, spec.split("-", 1)[0], settings, int(seed.removeprefix("s")))
+
+
+def _devices(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int, int], str]:
+    """Where each finished cell trained: the device its config names, ``cpu`` where it names
+    none (every ledger session before the first on a GPU ran on a CPU and named none)."""
+    import json
+
+    return {_cell_key(name, d.name): json.loads((d / "config.json").read_text()).get("device") or "cpu"
+            for d in cell_dirs(name, root)}
 
 
 LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA",  # the losses' names in the book
