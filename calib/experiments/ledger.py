@@ -157,6 +157,12 @@ SWEEPS: dict[str, LedgerSweep] = {
         "10,000-image cells of the reduction sweep are reused.",
         _FMNIST + ("--seeds", "0,1,2")
         + _losses(*(_at_size(m, n) for n in REGIME_SIZES for m in _REGIME_METHODS))),
+    "device_check": LedgerSweep(
+        "device_check", "Does the device change a ledger cell? (issue 33): six cells of the reduction sweep "
+        "(protocol A, 10,000 images, CE and focal loss, 3 seeds), made on a CPU, trained again on the GPU "
+        "that made the regime sweep's protocol-A cells at 55,000 images (python -m calib ledger "
+        "device_check --device cuda).",
+        _FMNIST + ("--seeds", "0,1,2") + _losses(*(f"{loss}@{PROTOCOLS['A']}" for loss in _LOSSES[:2]))),
     "bench": LedgerSweep(
         "bench", "Chapter 10's coefficient grids (label smoothing, L1 logit penalty, entropy regulariser, "
         "focal loss) beside CE, under the wang2021 preset, 3 seeds.",
