@@ -338,6 +338,13 @@ def test_merge_refuses_a_finished_cell_of_another_configuration(tmp_path):
         sw.sweep(out, ["ce"], [0], merge=True, progress=False, **TINY)
 
 
+def test_a_smoke_mode_sweep_merges_its_capped_cells(tmp_path, monkeypatch):
+    monkeypatch.setenv("CALIB_SMOKE", "1")  # the cells are saved with smoke_config's caps
+    out = tmp_path / "s"
+    sw.sweep(out, ["ce"], [0], progress=False, **{**TINY, "epochs": 3})
+    assert len(sw.sweep(out, ["ce"], [0], merge=True, progress=False, **{**TINY, "epochs": 3}).rows) == 1
+
+
 def test_resume_of_an_interrupted_cell_in_process(tmp_path, reference):
     """A cell stopped after its first epoch (checkpoint only) is continued, not restarted."""
     _, ref = reference

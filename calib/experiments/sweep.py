@@ -437,9 +437,9 @@ def sweep(out: str | os.PathLike, losses: Sequence[Any], seeds: Any, data: str |
                 trained = _run_cells(out, cells, configs, mine, progress)
             except BaseException:  # interrupted (SIGTERM/SIGINT) or failed: still table what finished
                 with contextlib.suppress(Exception):
-                    _collect(out, cells, [], manifest["runs"])
+                    _collect(out, cells, [], configs)
                 raise
-        return _collect(out, cells, trained, manifest["runs"])
+        return _collect(out, cells, trained, configs)
 
 
 def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: Sequence[int],
@@ -478,14 +478,16 @@ def _run_cells(out: Path, cells: Sequence[Cell], configs: Sequence[Any], mine: S
     return trained
 
 
-def _collect(out: Path, cells: Sequence[Cell], trained: list[str], planned: Mapping[str, Any]) -> SweepResult:
-    from ..train import load_config
+def _collect(out: Path, cells: Sequence[Cell], trained: list[str], configs: Sequence[Any]) -> SweepResult:
+    from ..train import load_config, smoke_config
 
     rows, missing, failed = [], [], []
-    for cell in cells:
+    for cell, cfg in zip(cells, configs):
         run_dir = out / RUNS_DIR / cell.name
         if _finished(run_dir):
-            if load_config(run_dir).identity() != planned[cell.name]:  # e.g. a copy made under another profile
+            # what this sweep trains here (capped in smoke mode); a copy made under another
+            # profile, say, is another run
+            if load_config(run_dir).identity() != smoke_config(cfg).identity():
                 raise SweepError(f"{run_dir} holds a finished run of another configuration than the sweep "
                                  "plans for this cell; move it away (or train it again) and merge again")
             rows.append(_row(cell, run_dir))
