@@ -129,9 +129,10 @@ def mean_history(histories: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[
     """The per-epoch mean of several runs' histories (e.g. one per seed), as one history.
 
     Epoch ``i`` of the result averages epoch ``i`` of every run, key by key, over the keys
-    that are numbers in every run at that epoch (a key that is missing or None in any run
-    is left out; ``epoch`` is kept). The result can go wherever one history goes, e.g.
-    :func:`calib.plots.training_curves`.
+    that are numbers in every run at that epoch. A key some run has at that epoch but not
+    as a number in all (None: e.g. no correct prediction to average over) is None there, a
+    gap in a plot rather than a missing key; ``epoch`` is kept. The result can go wherever
+    one history goes, e.g. :func:`calib.plots.training_curves`.
 
     Raises:
         ValueError: no histories, or histories of different lengths.
@@ -143,9 +144,9 @@ def mean_history(histories: Sequence[Sequence[Mapping[str, Any]]]) -> list[dict[
         raise ValueError(f"histories must have the same number of epochs, got {[len(h) for h in runs]}")
     out = []
     for lines in zip(*runs):
-        keys = [k for k, v in lines[0].items() if _is_number(v)
-                and all(_is_number(line.get(k)) for line in lines)]
-        out.append({k: sum(float(line[k]) for line in lines) / len(lines) for k in keys})
+        keys = dict.fromkeys(k for line in lines for k, v in line.items() if v is None or _is_number(v))
+        out.append({k: sum(float(line[k]) for line in lines) / len(lines)
+                    if all(_is_number(line.get(k)) for line in lines) else None for k in keys})
         if "epoch" in lines[0]:
             out[-1]["epoch"] = lines[0]["epoch"]
     return out
