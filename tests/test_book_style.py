@@ -190,3 +190,25 @@ def test_docstring_code_blocks_fit_the_api_pages(path):
                 if len(line.rstrip()) > width:
                     long.append(f"{name} ({len(line.rstrip())} > {width}): {line.strip()[:60]}")
     assert not long, f"{path.relative_to(ROOT)}: docstring code lines too wide: {long}"
+
+
+def _smoke_skip() -> list[pathlib.Path]:
+    """The pages `make test` leaves out of the colab and paper smoke passes (Makefile SMOKE_SKIP)."""
+    text = (ROOT / "Makefile").read_text()
+    block = re.search(r"^SMOKE_SKIP := (.*?)(?<!\\)\n", text, re.S | re.M)
+    assert block, "Makefile: SMOKE_SKIP not found"
+    return [ROOT / name for name in block.group(1).replace("\\\n", " ").split()]
+
+
+# what gives a page a colab or paper code path of its own (profile.work and describe do not:
+# in smoke mode work() returns the quick amount, so the smoke run would repeat nbval's)
+_BRANCHES = ("pick(", "smoke(", "smoke_cap(", "seeds(", "CALIB_", "data.load(", "device(")
+
+
+@pytest.mark.parametrize("path", _smoke_skip(), ids=lambda p: p.name)
+def test_pages_left_out_of_the_smoke_passes_have_no_profile_branch(path):
+    assert path.is_file(), f"SMOKE_SKIP names {path.name}, which is not in book/"
+    code = "\n".join(src for kind, src in _cells(path) if kind == "code")
+    found = [b for b in _BRANCHES if b in code]
+    assert not found, (f"{path.name} branches on the profile ({found}): take it out of SMOKE_SKIP "
+                       "so that the smoke passes run its colab and paper paths")
