@@ -211,9 +211,10 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     GPU the shards share it. The session names the GPU, so cells made there are never
     re-derived on a CPU (:func:`rederivable_cells`). Returns the provenance.
 
-    Finished cells are skipped, so this is also how an interrupted ledger continues. Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the
-    finished cells are merged into ``results.csv`` and the session is recorded as stopped,
-    so what is there can be committed and ``make ledger`` resumes it later.
+    Finished cells are skipped, so this is also how an interrupted ledger continues.
+    Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the finished cells
+    are merged into ``results.csv`` and the session is recorded as stopped, so what is
+    there can be committed and ``make ledger`` resumes it later.
     """
     if not isinstance(jobs, int) or isinstance(jobs, bool) or jobs < 1:
         raise ValueError(f"jobs must be a positive integer, got {jobs!r}")

@@ -287,11 +287,11 @@ def _key(cell: Cell) -> dict[str, Any]:
             "settings": format_loss_kwargs(dict(cell.settings)), "seed": cell.seed}
 
 
-def _row(cell: Cell, run_dir: Path) -> dict[str, Any]:
-    from ..train import METRICS_FILE, load_config, load_history
+def _row(cell: Cell, run_dir: Path, cfg: Any) -> dict[str, Any]:
+    """The results row of a finished cell, trained with ``cfg`` (its run directory's config)."""
+    from ..train import METRICS_FILE, load_history
 
     m = json.loads((run_dir / METRICS_FILE).read_text())
-    cfg = load_config(run_dir)
     history = load_history(run_dir)
     row = _key(cell)
     row.update({k: m["pre_ts"][k] for k in METRICS})
@@ -485,12 +485,13 @@ def _collect(out: Path, cells: Sequence[Cell], trained: list[str], configs: Sequ
     for cell, cfg in zip(cells, configs):
         run_dir = out / RUNS_DIR / cell.name
         if _finished(run_dir):
+            made = load_config(run_dir)
             # what this sweep trains here (capped in smoke mode); a copy made under another
             # profile, say, is another run
-            if load_config(run_dir).identity() != smoke_config(cfg).identity():
+            if made.identity() != smoke_config(cfg).identity():
                 raise SweepError(f"{run_dir} holds a finished run of another configuration than the sweep "
                                  "plans for this cell; move it away (or train it again) and merge again")
-            rows.append(_row(cell, run_dir))
+            rows.append(_row(cell, run_dir, made))
         elif diverged(run_dir):
             failed.append(cell.name)
         else:
