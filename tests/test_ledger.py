@@ -279,3 +279,39 @@ def test_diverged_cells_are_read_from_their_run_directories(tmp_path):
         net=("cifar", "ResNet-18"))])[0]]
     bad = ledger.paper_diverged("wang2024_t1", plan, tmp_path)
     assert list(bad.values()) == [1] and list(bad)[0][1] == "meta_l2_dece"
+
+
+def test_chapter_14_controls_train_the_regime_methods_on_new_draws_and_at_equal_steps():
+    from calib.experiments.grid import parse_method
+
+    steps = -(-10_000 // 128) * ledger.EQUAL_STEPS_EPOCHS  # 10,000 images, 128 a batch, the last batch kept
+    assert abs(steps - -(-55_000 // 128) * 40) / steps < 0.02  # the SGD steps of 55,000 images x 40 epochs
+    args = ledger.SWEEPS["equal_steps"].args
+    assert args[args.index("--epochs") + 1] == "220" and args[args.index("--milestones") + 1] == "110,165"
+    specs = [args[i + 1] for i, a in enumerate(args) if a == "--loss"]
+    assert len(specs) == 7 and all("train_size" not in s for s in specs)
+    draws = ledger.SWEEPS["regime_draws"].args
+    settings = [parse_method(draws[i + 1])[2] for i, a in enumerate(draws) if a == "--loss"]
+    assert {(s.get("train_size", 10_000), s["split_seed"]) for s in settings} == {
+        (n, k) for n in ledger.REGIME_DRAW_SIZES for k in ledger.REGIME_SPLIT_SEEDS}
+    assert ledger.SWEEPS["regime_draws"].n_cells == 7 * 2 * 2 * 3
+
+
+def test_finished_cells_keep_their_test_predictions(tmp_path):
+    import numpy as np
+    import torch
+
+    cell = tmp_path / "s" / "runs" / "c__s0"
+    cell.mkdir(parents=True)
+    (tmp_path / "s" / "sweep.json").write_text("{}")
+    (cell / "metrics.json").write_text("{}")
+    logits, labels = torch.randn(6, 3), torch.tensor([0, 1, 2, 0, 1, 2])
+    torch.save({"val_logits": logits, "val_labels": labels, "test_logits": logits.double(), "test_labels": labels},
+               cell / "logits.pt")
+    assert ledger.keep_test_predictions("s", tmp_path) == ["c__s0"]
+    assert ledger.keep_test_predictions("s", tmp_path) == []  # written once
+    kept_logits, kept_labels = ledger.test_predictions(cell)
+    assert kept_logits.dtype == torch.float32 and torch.equal(kept_logits, logits)
+    assert torch.equal(kept_labels, labels)
+    assert ledger.test_predictions(tmp_path) is None
+    assert np.load(cell / ledger.TEST_PREDICTIONS_FILE)["logits"].shape == (6, 3)

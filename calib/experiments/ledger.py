@@ -39,7 +39,9 @@ __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names
            "record", "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command",
            "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available",
-           "committed_root", "TABLE_COLUMNS", "REUSE", "REGIME_SIZES", "reuse"]
+           "committed_root", "TABLE_COLUMNS", "REUSE", "REGIME_SIZES", "reuse", "keep_test_predictions",
+           "test_predictions", "TEST_PREDICTIONS_FILE", "EQUAL_STEPS_EPOCHS", "REGIME_DRAW_SIZES",
+           "REGIME_SPLIT_SEEDS"]
 
 ROOT = "results"
 PROVENANCE_FILE = "provenance.json"
@@ -126,6 +128,21 @@ def _at_size(method: str, size: int) -> str:
 
 REUSE = {"regime": "reduction"}  # sweep -> the sweep whose identical finished cells it copies
 
+# Chapter 14's controls (issue 42). At a fixed 40 epochs the size also sets the number of SGD
+# steps (79 a epoch at 10,000 images, 430 at 55,000): the equal-steps arm trains 10,000 images
+# for 220 epochs (17,380 steps, about those of 55,000 x 40) with the milestones scaled, so
+# "more data" and "longer training after the drop" can be told apart. The subset draws train
+# the smaller sizes on two more draws of their training and validation images (split seeds
+# 1 and 2), so a trend over sizes is not one draw of images.
+EQUAL_STEPS_EPOCHS, EQUAL_STEPS_MILESTONES = 220, "110,165"
+REGIME_DRAW_SIZES, REGIME_SPLIT_SEEDS = (2_500, 10_000), (1, 2)
+
+
+def _with_epochs(args: tuple[str, ...], epochs: int, milestones: str) -> tuple[str, ...]:
+    out = list(args)
+    out[out.index("--epochs") + 1], out[out.index("--milestones") + 1] = str(epochs), milestones
+    return tuple(out)
+
 SWEEPS: dict[str, LedgerSweep] = {
     "reduction": LedgerSweep(
         "reduction",
@@ -163,6 +180,19 @@ SWEEPS: dict[str, LedgerSweep] = {
         "that made the regime sweep's protocol-A cells at 55,000 images (python -m calib ledger "
         "device_check --device cuda).",
         _FMNIST + ("--seeds", "0,1,2") + _losses(*(f"{loss}@{PROTOCOLS['A']}" for loss in _LOSSES[:2]))),
+    "regime_draws": LedgerSweep(
+        "regime_draws", "Chapter 14's subset draws (issue 42): the regime sweep's methods at 2,500 and 10,000 "
+        "training images on two more draws of the training and validation images (split seeds 1 and 2), "
+        "3 seeds each; the 2,500-image cells first.",
+        _FMNIST + ("--seeds", "0,1,2")
+        + _losses(*(f"{_at_size(m, n)},split_seed={s}" for n in REGIME_DRAW_SIZES for s in REGIME_SPLIT_SEEDS
+                    for m in _REGIME_METHODS))),
+    "equal_steps": LedgerSweep(
+        "equal_steps", "Chapter 14's equal-steps arm (issue 42): the regime sweep's methods at 10,000 images "
+        f"for {EQUAL_STEPS_EPOCHS} epochs (milestones {EQUAL_STEPS_MILESTONES}), the SGD steps of 55,000 "
+        "images x 40 epochs, 3 seeds.",
+        _with_epochs(_FMNIST, EQUAL_STEPS_EPOCHS, EQUAL_STEPS_MILESTONES) + ("--seeds", "0,1,2")
+        + _losses(*_REGIME_METHODS)),
     "bench": LedgerSweep(
         "bench", "Chapter 10's coefficient grids (label smoothing, L1 logit penalty, entropy regulariser, "
         "focal loss) beside CE, under the wang2021 preset, 3 seeds.",
@@ -279,12 +309,54 @@ def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys
     return copied
 
 
+# A finished cell's test predictions, committed (its logits.pt is not): float32 logits and the
+# labels, compressed, so a ledger verdict can add the test set's sampling noise to the seeds'.
+TEST_PREDICTIONS_FILE = "test_predictions.npz"
+
+
+def keep_test_predictions(name: str, root: str | os.PathLike = ROOT) -> list[str]:
+    """Write ``test_predictions.npz`` (``logits`` float32 (N, K), ``labels`` int64 (N,)) into
+    every finished cell of sweep ``name`` whose ``logits.pt`` is here and that has none yet.
+    Returns the cells written now."""
+    import numpy as np
+
+    from ..train import load_logits
+
+    written = []
+    for cell in cell_dirs(name, root):
+        target = cell / TEST_PREDICTIONS_FILE
+        if target.exists() or not (cell / "logits.pt").exists():
+            continue
+        record = load_logits(cell)
+        tmp = cell / (TEST_PREDICTIONS_FILE + ".tmp")
+        with open(tmp, "wb") as f:
+            np.savez_compressed(f, logits=record["test_logits"].float().numpy(),
+                                labels=record["test_labels"].long().numpy())
+        os.replace(tmp, target)
+        written.append(cell.name)
+    return written
+
+
+def test_predictions(cell: str | os.PathLike) -> tuple[Any, Any] | None:
+    """A ledger cell's committed test ``(logits, labels)`` as float32/int64 tensors, or None."""
+    import numpy as np
+    import torch
+
+    path = Path(cell) / TEST_PREDICTIONS_FILE
+    if not path.exists():
+        return None
+    with np.load(path) as f:
+        return torch.from_numpy(f["logits"]), torch.from_numpy(f["labels"])
+
+
 def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str | None = None,
            start: float | None = None, *, stopped: bool = False, device: str | None = None) -> dict[str, Any]:
-    """Merge the finished cells into ``results.csv`` and add this session to the provenance."""
+    """Merge the finished cells into ``results.csv``, keep their test predictions
+    (:func:`keep_test_predictions`) and add this session to the provenance."""
     import torch
 
     subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
+    keep_test_predictions(name, root)
     prov = provenance(name, root)
     session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit(), "machine": machine(device),
                                "cpu_capability": _cpu_capability(), "torch": torch.__version__,
