@@ -101,6 +101,8 @@ def describe(chapter: str | None = None) -> str:
     profile on a free T4 from :func:`t4_estimate` (marked measured or
     estimated).
     """
+    global _CHAPTER
+    _CHAPTER = chapter
     name = current()
     lines = [f"CALIB_PROFILE={name}{' [smoke]' if smoke() else ''} on {device()} (torch {torch.__version__})"]
     if name != "quick" and not torch.cuda.is_available() and not smoke():
@@ -277,10 +279,106 @@ def claim(ok: bool, text: str) -> bool:
 
 def verdict(v: Any) -> Any:
     """Print a :class:`calib.evidence.Verdict` (holds / contradicted / undecided, with its
-    interval), record its outcome for the audit, never assert; returns ``v``."""
+    interval), record its outcome for the audit, never assert; returns ``v``.
+
+    In a training chapter at the quick profile the line is followed by how often the same
+    outcome recurred in the claims audit (:func:`recurrence`)."""
     _record("verdict", v.claim, v.outcome)
     _show("", str(v))
+    if (r := _recurrence_here(v.claim, v.outcome)) is not None:
+        _show("    audit: ", str(r))
     return v
+
+
+# ----------------------------------------------------------------------------- audit recurrence
+# How often an outcome recurred in the claims audit (make audit; calib.experiments.audit writes
+# results/audit/<chapter>/offset<k>-threads<t>.jsonl). A draw is a seed offset: it draws the
+# seeds and, in a chapter that seeds its splits with the offset, the training and validation
+# images. Its thread settings count once when they give the same outcome, else each counts.
+AUDIT_ROOT = Path(__file__).resolve().parents[1] / "results" / "audit"
+_CHAPTER: str | None = None  # set by describe(chapter)
+
+
+@dataclass(frozen=True)
+class Recurrence:
+    """``k`` of ``n`` audited draws gave ``outcome``; ``lower`` is the one-sided 95 %
+    Clopper-Pearson lower bound on the rate at which it recurs."""
+
+    outcome: str
+    k: int
+    n: int
+
+    @property
+    def lower(self) -> float:
+        return _clopper_pearson_lower(self.k, self.n)
+
+    @property
+    def every_draw(self) -> bool:
+        return self.n > 0 and self.k == self.n
+
+    def __str__(self) -> str:
+        if self.n == 0:
+            return "not audited yet (make audit)"
+        return (f"{self.outcome} in {self.k} of {self.n} audited draws "
+                f"(recurrence rate >= {100 * self.lower:.0f} % at 95 %)")
+
+
+def _clopper_pearson_lower(k: int, n: int, alpha: float = 0.05) -> float:
+    """The p at which P(X >= k | n, p) = alpha, X binomial: found by bisection (no scipy here)."""
+    from math import comb
+
+    if k <= 0:
+        return 0.0
+
+    def tail(p: float) -> float:
+        return sum(comb(n, j) * p**j * (1 - p) ** (n - j) for j in range(k, n + 1))
+
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if tail(mid) < alpha else (lo, mid)
+    return lo
+
+
+def audit_draws(text: str, chapter: str | None = None, root: str | os.PathLike | None = None) -> list[set[str]]:
+    """Per audited seed offset of ``chapter`` (default: the one given to :func:`describe`),
+    the outcomes its executions recorded for the claim or verdict ``text``; offsets that
+    never printed it are left out."""
+    chapter = chapter or _CHAPTER
+    folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
+    by_offset: dict[int, set[str]] = {}
+    for path in sorted(folder.glob("*.jsonl")) if chapter else []:
+        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+        found = {line["outcome"] for line in lines if line.get("claim") == text}
+        if found:
+            by_offset.setdefault(int(head["seed_offset"]), set()).update(found)
+    return [by_offset[k] for k in sorted(by_offset)]
+
+
+def recurrence(text: str, outcome: str, chapter: str | None = None,
+               root: str | os.PathLike | None = None) -> Recurrence:
+    """How many audited draws gave ``outcome`` for ``text``, out of how many (:class:`Recurrence`)."""
+    draws = audit_draws(text, chapter, root)
+    return Recurrence(outcome, sum(outcome in d for d in draws), sum(len(d) for d in draws))
+
+
+def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
+    """For prose (glue it): "in every one of the 5 audited draws", "in 3 of 5 audited draws", or
+    "in no audited draw yet"."""
+    r = recurrence(text, outcome, chapter)
+    if r.n == 0:
+        return "in no audited draw yet"
+    return f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
+
+
+def _recurrence_here(text: str, outcome: str) -> Recurrence | None:
+    """The recurrence printed under a verdict: only where the audit applies (a chapter it
+    audits, at the quick profile, outside smoke mode and outside an audit run)."""
+    if current() != "quick" or smoke() or os.environ.get(AUDIT_VAR) or not _CHAPTER:
+        return None
+    if not (AUDIT_ROOT / _CHAPTER).is_dir():
+        return None
+    return recurrence(text, outcome)
 
 
 def report(ok: bool | None, text: str) -> None:

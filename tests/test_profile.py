@@ -54,3 +54,55 @@ def test_work_is_pick_except_in_smoke_mode(monkeypatch):
     assert profile.pick(quick=1, colab=2, paper=3) == 3  # choices of code path are unchanged
     monkeypatch.setenv("CALIB_FULL_WORK", "1")  # tools/estimate_runtimes.py times the full amounts
     assert profile.work(quick=1, colab=2, paper=3) == 3
+
+
+def _audit_file(folder, offset, threads, outcomes):
+    import json
+
+    folder.mkdir(parents=True, exist_ok=True)
+    lines = [{"chapter": "ch", "seed_offset": offset, "threads": threads, "status": "finished"},
+             *({"kind": "verdict", "claim": text, "outcome": o} for text, o in outcomes)]
+    (folder / f"offset{offset}-threads{threads}.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
+
+
+def test_recurrence_counts_a_seed_offset_once_when_its_thread_settings_agree(tmp_path):
+    folder = tmp_path / "ch"
+    for offset in (100, 200, 300):
+        for threads in (1, 2):
+            _audit_file(folder, offset, threads, [("A below B", "holds"), ("C", "holds")])
+    _audit_file(folder, 400, 1, [("A below B", "holds")])
+    _audit_file(folder, 400, 2, [("A below B", "undecided")])  # the threads disagree: two draws
+    r = profile.recurrence("A below B", "holds", chapter="ch", root=tmp_path)
+    assert (r.k, r.n) == (4, 5) and not r.every_draw
+    assert "holds in 4 of 5 audited draws" in str(r)
+    every = profile.recurrence("C", "holds", chapter="ch", root=tmp_path)
+    assert (every.k, every.n) == (3, 3) and every.every_draw
+    assert every.lower == pytest.approx(0.05 ** (1 / 3), abs=1e-9)  # k = n: alpha^(1/n)
+    assert profile.recurrence("never printed", "holds", chapter="ch", root=tmp_path).n == 0
+    assert "not audited" in str(profile.recurrence("never printed", "holds", chapter="ch", root=tmp_path))
+
+
+def test_clopper_pearson_lower_bound_matches_scipy():
+    from scipy import stats
+
+    for k, n in [(1, 10), (5, 10), (9, 10), (3, 7)]:
+        assert profile._clopper_pearson_lower(k, n) == pytest.approx(stats.beta.ppf(0.05, k, n - k + 1), abs=1e-9)
+    assert profile._clopper_pearson_lower(0, 10) == 0.0
+
+
+def test_a_verdict_in_an_audited_chapter_prints_its_recurrence(monkeypatch, capsys, tmp_path):
+    from calib import evidence
+
+    _audit_file(tmp_path / "ch", 100, 1, [("a is greater than b", "holds")])
+    monkeypatch.setattr(profile, "AUDIT_ROOT", tmp_path)
+    monkeypatch.setattr(profile, "_CHAPTER", "ch")
+    monkeypatch.setenv("CALIB_PROFILE", "quick")
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+    monkeypatch.delenv("CALIB_AUDIT_FILE", raising=False)
+    v = evidence.compare([3.0, 3.1, 3.2], [1.0, 1.1, 1.3], "a is greater than b")
+    profile.verdict(v)
+    out = capsys.readouterr().out
+    assert f"audit: {v.outcome} in" in out and "of 1 audited draws" in out
+    monkeypatch.setattr(profile, "_CHAPTER", "other")  # a page the audit does not cover: no line
+    profile.verdict(v)
+    assert "audit:" not in capsys.readouterr().out
