@@ -371,6 +371,29 @@ def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
     return f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
 
 
+def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:
+    """One sentence for a chapter's prose (glue it): how often the claims audit executed the
+    chapter and whether each asserted claim held in every execution, read from the records."""
+    chapter = chapter or _CHAPTER
+    folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
+    heads, claims = [], {}
+    for path in sorted(folder.glob("*.jsonl")) if chapter else []:
+        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+        heads.append(head)
+        for line in lines:
+            if line.get("kind") == "claim":
+                claims.setdefault(line["claim"], []).append(line["outcome"])
+    if not heads:
+        return "The claims audit has no record of this chapter yet (make audit runs it)."
+    offsets = sorted({h["seed_offset"] for h in heads})
+    threads = sorted({h["threads"] for h in heads})
+    failed = sum(any(o != "holds" for o in outs) for outs in claims.values())
+    held = ("each of its asserted claims held in every execution" if not failed
+            else f"{failed} of its {len(claims)} asserted claims did not hold in every execution")
+    return (f"The claims audit executed this chapter {len(heads)} times (seed offsets "
+            f"{', '.join(map(str, offsets))}; {' and '.join(map(str, threads))} threads); {held}.")
+
+
 def _recurrence_here(text: str, outcome: str) -> Recurrence | None:
     """The recurrence printed under a verdict: only where the audit applies (a chapter it
     audits, at the quick profile, outside smoke mode and outside an audit run)."""

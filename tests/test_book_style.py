@@ -52,6 +52,29 @@ def test_papers_are_named_not_numbered(path):
         assert "seed collection" not in src.lower(), f"{path.name}: says how the project was made"
 
 
+# The audit's state changes with every `make audit`: prose that states it by hand goes stale
+# (chapters 8-10 said "has not run" beside ten committed records). Glue profile.audit_state().
+HAND_WRITTEN_AUDIT_STATE = re.compile(
+    r"audit\W+(?:\S+\s+){0,12}?(?:has not run|has yet to|not yet audited|will check|to be checked|"
+    r"has not (?:been )?audited)|(?:not yet audited|have not audited|to be checked by the\s+claims audit)",
+    re.IGNORECASE)
+
+
+@pytest.mark.parametrize("path", [p for p in PAGES if p.exists()], ids=_ids([p for p in PAGES if p.exists()]))
+def test_prose_never_states_the_audits_state_by_hand(path):
+    text = " ".join(_markdown(path).split())
+    hits = [m.group(0) for m in HAND_WRITTEN_AUDIT_STATE.finditer(text)]
+    assert not hits, f"{path.name}: the audit's state typed by hand {hits}; glue profile.audit_state()"
+
+
+def test_the_audit_state_pattern_catches_stale_prose():
+    for stale in ("The claims audit ({doc}`evidence`) will check them on other seed offsets",
+                  "which the claims audit has yet to check for this chapter",
+                  "(asserted; not yet audited)", "we have not audited these runs"):
+        assert HAND_WRITTEN_AUDIT_STATE.search(stale), stale
+    assert not HAND_WRITTEN_AUDIT_STATE.search("the claims audit executed this chapter 10 times")
+
+
 @pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
 def test_code_lines_fit_88_columns(path):
     long = []

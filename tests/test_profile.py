@@ -106,3 +106,18 @@ def test_a_verdict_in_an_audited_chapter_prints_its_recurrence(monkeypatch, caps
     monkeypatch.setattr(profile, "_CHAPTER", "other")  # a page the audit does not cover: no line
     profile.verdict(v)
     assert "audit:" not in capsys.readouterr().out
+
+
+def test_audit_state_is_read_from_the_records(tmp_path):
+    import json
+
+    assert "no record" in profile.audit_state("ch", tmp_path)
+    folder = tmp_path / "ch"
+    for offset, threads, outcome in [(100, 1, "holds"), (100, 2, "holds"), (200, 1, "fails")]:
+        folder.mkdir(exist_ok=True)
+        lines = [{"chapter": "ch", "seed_offset": offset, "threads": threads, "status": "finished"},
+                 {"kind": "claim", "claim": "x", "outcome": outcome}]
+        (folder / f"offset{offset}-threads{threads}.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    text = profile.audit_state("ch", tmp_path)
+    assert "3 times" in text and "100, 200" in text and "1 and 2 threads" in text
+    assert "1 of its 1 asserted claims did not hold" in text
