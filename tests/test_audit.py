@@ -112,6 +112,6 @@ def test_audit_runs_a_chapter_once_and_records_it(tmp_path):
         ("offset 7", "holds", "finished", 7), ("r", "holds", "finished", 7)]
     assert audit.run(["99_tiny"], offsets=(7,), threads=(1,), root=tmp_path / "results") == []
     rates = audit.hold_rates(tmp_path / "results")
-    assert list(rates["hold rate"]) == [1.0, 1.0]
+    assert list(rates["hold rate"]) == [1.0, 1.0] and list(rates["draws"]) == [1, 1]
     with pytest.raises(ValueError, match="no chapter"):
         audit.run(["nope"], root=tmp_path / "results")

@@ -111,15 +111,27 @@ def records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 
 
 def hold_rates(root: str | os.PathLike | None = None) -> Any:
-    """Per chapter and claim: audited runs, how many held (``holds``) and the hold rate."""
+    """Per chapter and claim: audited runs, the draws they make, in how many draws it held,
+    the hold rate over draws and its one-sided 95 % lower bound.
+
+    A draw is a seed offset; its thread settings count once when they give the same
+    outcome, else each counts (:func:`calib.profile.recurrence`, which the chapters print
+    under each verdict, counts the same way).
+    """
     import pandas as pd
 
+    from ..profile import Recurrence
+
+    columns = ["chapter", "kind", "claim", "runs", "draws", "held", "hold rate", "lower 95 %", "outcomes"]
     frame = pd.DataFrame(records(root))
     if frame.empty:
-        return pd.DataFrame(columns=["chapter", "kind", "claim", "runs", "held", "hold rate", "outcomes"])
+        return pd.DataFrame(columns=columns)
     frame = frame.dropna(subset=["claim"])
-    grouped = frame.groupby(["chapter", "kind", "claim"], sort=False)["outcome"]
-    out = grouped.agg(runs="size", held=lambda o: int((o == "holds").sum()),
-                      outcomes=lambda o: ", ".join(f"{k} {v}" for k, v in o.value_counts().items()))
-    out["hold rate"] = out["held"] / out["runs"]
-    return out.reset_index()[["chapter", "kind", "claim", "runs", "held", "hold rate", "outcomes"]]
+    rows = []
+    for (chapter, kind, claim), group in frame.groupby(["chapter", "kind", "claim"], sort=False):
+        draws = [set(o) for _, o in group.groupby("seed_offset")["outcome"]]
+        rec = Recurrence("holds", sum("holds" in d for d in draws), sum(len(d) for d in draws))
+        rows.append({"chapter": chapter, "kind": kind, "claim": claim, "runs": len(group), "draws": rec.n,
+                     "held": rec.k, "hold rate": rec.k / rec.n, "lower 95 %": rec.lower,
+                     "outcomes": ", ".join(f"{k} {v}" for k, v in group["outcome"].value_counts().items())})
+    return pd.DataFrame(rows, columns=columns)
