@@ -16,7 +16,7 @@ export PYTHONHASHSEED := 0
 all: setup
 
 help:
-	@echo "make book   build the book (executes every chapter) into $(HTML)"
+	@echo "make book   build the book into $(HTML) (chapters run two at a time, one thread each; times printed)"
 	@echo "make api    the API reference alone from the docstrings (seconds; no chapter runs)"
 	@echo "make lab    open the book's notebooks in JupyterLab from $(VENV) (readers; not run in CI)"
 	@echo "make test   ruff, unit/property/parity tests, nbval over every chapter, built-book browser check"
@@ -58,12 +58,19 @@ LIMIT := $(if $(THREADS),OMP_NUM_THREADS=$(THREADS) MKL_NUM_THREADS=$(THREADS))
 # build always runs the chapters against the calib of the checkout.
 NB_CACHE := _build/.jupyter_cache
 
-# A reader's build runs on one thread, as the test lane does, so the pages show what CI
-# checked on that CPU; a claim that fails there is shown as a note, not a stop (CALIB_CLAIMS).
-# Sphinx's saved doctrees would let an unchanged chapter skip its run: gone too.
+# A reader's build runs each chapter on one thread, as the test lanes do, so the pages show
+# what CI checked on that CPU; a claim that fails there is shown as a note, not a stop
+# (CALIB_CLAIMS=report). Sphinx's saved doctrees would let an unchanged chapter skip its
+# run: gone too. tools/book_lanes.py executes the chapters two at a time (two one-thread
+# lanes balanced on the chapters' times) into $(NB_CACHE) through nbval, as make test does;
+# the build then reads them from the cache (it runs only a chapter that failed there) and
+# the chapters' times are printed at the end, longest first.
+BOOK_LANES ?= 2
 book: $(STAMP) fashion-mnist
 	rm -rf $(HTML) $(NB_CACHE) _build/.doctrees _build/jupyter_execute
+	CALIB_CLAIMS=report $(BIN)/python tools/book_lanes.py --cache $(NB_CACHE) --lanes $(BOOK_LANES)
 	$(MAKE) --no-print-directory book-html THREADS=1 CALIB_CLAIMS=report
+	@$(BIN)/python tools/book_lanes.py --report
 
 book-html: $(STAMP) fashion-mnist
 	rm -rf $(HTML)
@@ -89,9 +96,12 @@ test: fashion-mnist lint test-unit-fast chromium
 	rm -rf $(NB_CACHE)
 	$(MAKE) --no-print-directory -j2 THREADS=1 test-notebooks-and-book test-lane-smoke
 
-# ruff over the package, tests, tools and benchmarks (rules in pyproject.toml, [tool.ruff]).
+# ruff over the package, tests, tools and benchmarks (rules in pyproject.toml, [tool.ruff]);
+# the prose statistics of every page, the limits checked on the pages in
+# tools/prose_stats.py's ENFORCED (a page joins it once its prose is rewritten).
 lint: $(STAMP)
 	$(BIN)/ruff check calib tests tools benchmarks
+	$(BIN)/python tools/prose_stats.py --check
 
 test-notebooks-and-book: $(STAMP) fashion-mnist
 	$(MAKE) --no-print-directory test-notebooks CALIB_NB_CACHE=$(abspath $(NB_CACHE)) \

@@ -1,5 +1,6 @@
 """calib.evidence against scipy.stats, and its noise model against simulation."""
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -251,3 +252,60 @@ def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
 @pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5")])
 def test_p_values_are_not_rounded_across_alpha(p, text):
     assert evidence._p_text(p, 0.05) == text
+
+
+# --- a verdict in words: numbers to two digits, what a directional claim shows --------------
+
+
+@pytest.mark.parametrize("x, text", [(-0.0337, "−0.034"), (0.07, "+0.070"), (142.3, "+142"),
+                                     (0.0, "0"), (1.0, "+1.0"), (-0.0999, "−0.10"),
+                                     (-2.5e-5, "−0.000025"), (9.96, "+10")])
+def test_number_keeps_two_significant_digits_with_a_true_minus(x, text):
+    assert evidence.number(x) == text
+
+
+def test_interval_ends_share_the_decimals_of_the_wider_end():
+    assert evidence.interval(-0.14, 0.0702) == "[−0.14, +0.07]"
+    assert evidence.interval(-0.0881, 0.0094, " pt") == "[−0.088, +0.009] pt"
+    assert evidence.interval(float("nan"), float("nan")) == "[no interval]"
+
+
+def _verdict(outcome: str, direction: str = "greater", **kw) -> evidence.Verdict:
+    return evidence.Verdict("claim", direction, -0.0337, -0.14, 0.07, 0.5, 0.5, outcome, 3, 3, "t", **kw)
+
+
+@pytest.mark.parametrize("direction, outcome, text", [
+    ("greater", "holds", "rise shown"), ("greater", "contradicted", "fall shown"),
+    ("greater", "undecided", "no rise shown"), ("less", "holds", "fall shown"),
+    ("less", "contradicted", "rise shown"), ("less", "undecided", "no fall shown")])
+def test_shown_phrases_a_directional_verdict(direction, outcome, text):
+    assert evidence.shown(_verdict(outcome, direction)) == text
+
+
+def test_shown_takes_the_words_of_the_quantity_and_phrases_equivalence():
+    assert evidence.shown(_verdict("holds"), up="gain", down="loss") == "gain shown"
+    eq = _verdict("holds", "equivalent", margin=0.1)
+    assert evidence.shown(eq) == "equal within ±0.1 shown"
+    assert evidence.shown(replace(eq, outcome="undecided")) == "neither shown"
+    with pytest.raises(TypeError, match="Verdict"):
+        evidence.shown("holds")
+
+
+def test_verdict_line_reads_as_the_issue_asks():
+    line = evidence.verdict_line(_verdict("undecided"), "CE's test NLL after the drop")
+    assert line == "CE's test NLL after the drop: −0.034 [−0.14, +0.07]: no rise shown"
+    v = evidence.compare([1.4, 1.5, 1.3], 1.0, "T > 1")  # a real verdict: holds, a rise
+    assert evidence.verdict_line(v, "T − 1").endswith(": rise shown")
+    with pytest.raises(ValueError, match="label"):
+        evidence.verdict_line(v, " ")
+
+
+def test_family_cells_give_corrected_verdicts_and_notes_in_order():
+    fam = evidence.Family(["x", "y"], min_n=3)
+    fam.add("r", "x", [1.4, 1.5, 1.3], 1.0, "a")
+    fam.add("r", "y", [1.2], 1.0, "b")
+    fam.add("s", "x", [1.0, 1.1, 0.9], 1.0, "c")
+    cells = fam.cells()
+    assert list(cells) == [("r", "x"), ("r", "y"), ("s", "x")]
+    assert cells["r", "y"] == "1 of 3 seeds"
+    assert [cells["r", "x"], cells["s", "x"]] == fam.verdicts()

@@ -10,6 +10,7 @@ Submodules, one per chapter family (all re-exported here):
 ``repro``        curves over epochs with bands, coefficient sweeps, grouped histograms
 ``stats``        seaborn, over seeds: a metric per loss with intervals, confidence violins, sweep heatmaps
 ``shift``        a metric against corruption severity, a line per method with seed bands
+``verdicts``     a family of verdicts at a glance: an HTML grid of claims by conditions
 
 :func:`book_style` sets what every chapter shares: fonts of at least 9 pt and SVG output
 in notebooks, so figures stay sharp at any zoom.
@@ -29,4 +30,5 @@ from .repro import *  # noqa: F401,F403
 from .derivations import *  # noqa: F401,F403
 from .stats import *  # noqa: F401,F403
 from .shift import *  # noqa: F401,F403
+from .verdicts import *  # noqa: F401,F403
 from .style import book_style  # noqa: F401
