@@ -62,7 +62,8 @@ def test_test_se_widens_the_interval_with_satterthwaite_df():
 def test_one_seed_is_undecided_unless_the_seed_noise_is_given():
     # one run per method: its seed noise is unknown, not zero, so test noise alone decides nothing
     v = evidence.compare([5.0], [1.0], test_se=1.0)
-    assert v.outcome == "undecided" and "one seed" in v.test and math.isnan(v.low)
+    assert v.outcome == "undecided" and "seed noise unknown" in v.test and math.isnan(v.low)
+    assert math.isnan(v.p)  # no test was made: not a p of 1 that a family would count
     assert evidence.compare([5.0, 6.0, 5.5], [1.0], paired=False).outcome == "undecided"
     # with a pilot's seed sd: var = 2 sd^2 + test_se^2, normal quantiles
     w = evidence.compare([5.0], [1.0], test_se=1.0, seed_sd=1.0)
@@ -76,8 +77,10 @@ def test_equivalence_is_two_one_sided_tests():
     p = max(stats.ttest_1samp(d, 1.0, alternative="less").pvalue,
             stats.ttest_1samp(d, -1.0, alternative="greater").pvalue)
     assert v.p == pytest.approx(p, rel=1e-9) and v.outcome == "holds"
-    assert evidence.compare(a, b, direction="equivalent", margin=0.05).outcome == "contradicted"
     assert "90% CI" in str(v)
+    # contradicted: the 95 % interval (not the 90 % one) wholly beyond a margin
+    far = evidence.compare([3.0, 3.4, 2.7, 3.1], [0.0, 0.1, -0.1, 0.2], direction="equivalent", margin=0.5)
+    assert far.outcome == "contradicted" and far.p_beyond < 0.05
 
 
 def test_holm_and_fdr():
@@ -146,8 +149,9 @@ def test_bootstrap_se_matches_the_noise_of_fresh_test_sets():
 
 
 def test_detectable_difference_has_its_stated_power():
+    # the old model: independent noise per run, seed noise only in the verdict (no test term)
     n_test, n_seeds, seed_sd = 2000, 4, 0.004
-    mde = evidence.detectable_difference(n_test, n_seeds, seed_sd=seed_sd, sims=300)
+    mde = evidence.detectable_difference(n_test, n_seeds, seed_sd=seed_sd, sims=300, test_term=False)
     test_sd = evidence.noise_floor(n_test, sims=300)[1]
     sd = math.sqrt(seed_sd ** 2 + test_sd ** 2)  # each run's noise
     rng = np.random.default_rng(3)
@@ -157,8 +161,8 @@ def test_detectable_difference_has_its_stated_power():
         b = sd * rng.standard_normal(n_seeds)
         hits += evidence.compare(a, b).outcome == "holds"
     assert hits / 2000 == pytest.approx(0.8, abs=0.04)
-    assert evidence.detectable_difference(10_000, n_seeds, sims=300) < mde  # more test images
-    assert evidence.detectable_difference(n_test, 8, seed_sd=seed_sd, sims=300) < mde  # more seeds
+    assert evidence.detectable_difference(10_000, n_seeds, sims=300, test_term=False) < mde  # more test images
+    assert evidence.detectable_difference(n_test, 8, seed_sd=seed_sd, sims=300, test_term=False) < mde  # more seeds
 
 
 def test_compare_runs_counts_both_noises():
@@ -182,7 +186,7 @@ def test_statistics_of_the_wrong_predictions():
 
 def test_values_rounded_to_a_grid_keep_a_noise_floor():
     same = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0])  # zero spread: no interval
-    assert same.outcome == "undecided" and math.isnan(same.low)
+    assert same.outcome == "undecided" and math.isnan(same.low) and math.isnan(same.p)
     floored = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], resolution=0.1)
     se = math.sqrt(2 * 0.01 / 12 / 3)
     assert floored.high - floored.low == pytest.approx(2 * stats.t.ppf(0.975, 2) * se)
