@@ -149,7 +149,8 @@ test-colab: $(STAMP)
 # Pages whose code does not branch on the profile (tests/test_book_style.py checks it):
 # their smoke passes would only repeat nbval's run of them on synthetic data.
 SMOKE_SKIP := book/01_measuring_calibration.ipynb book/03_loss_field_guide.ipynb \
-	book/04_focal_entropy.ipynb book/14_when_losses_help.ipynb book/evidence.ipynb
+	book/04_focal_entropy.ipynb book/14_when_losses_help.ipynb book/evidence.ipynb \
+	book/conformance.ipynb
 test-colab-colab test-colab-paper: test-colab-%: $(STAMP) $(FAKE_DATA)/.done
 	$(LIMIT) $(SMOKE) CALIB_PROFILE=$* $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax book \
 		$(foreach nb,$(SMOKE_SKIP),--ignore=$(nb))

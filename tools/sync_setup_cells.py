@@ -187,8 +187,9 @@ def chapters() -> list[pathlib.Path]:
 
 
 def pages() -> list[pathlib.Path]:
-    """Every notebook of the book with a Colab setup cell: the chapters, quickstart, evidence."""
-    return [ROOT / "book" / "quickstart.ipynb", *chapters(), ROOT / "book" / "evidence.ipynb"]
+    """Every notebook of the book with a Colab setup cell: the chapters, quickstart, evidence, conformance."""
+    return [ROOT / "book" / "quickstart.ipynb", *chapters(), ROOT / "book" / "evidence.ipynb",
+            ROOT / "book" / "conformance.ipynb"]
 
 
 def assignments() -> list[pathlib.Path]:

@@ -13,6 +13,7 @@
 ``shift``    a model over corruptions x severities: accuracy, ECE, NLL as a tidy table (Ovadia et al. 2019)
 ``toy``      small self-contained experiments with a known posterior (Lin et al. 2024, §4.3)
 ``posthoc_study``  every post-hoc calibrator side by side; validation-size study; the estimators' bias
+``conformance``  calib's conventions beside six peer libraries' on fixed inputs (live, frozen or documented)
 
 The toy studies are re-exported here: ``from calib import experiments; experiments.toy_weight_correlation()``.
 """
@@ -20,9 +21,9 @@ from .._optional import need
 
 need("tables", "calib.experiments")
 
-from . import (bench, compare, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, scores, shift,
+from . import (bench, compare, conformance, ledger, meta_ledger, papers, plans, posthoc_study, reduction_ledger, scores, shift,
                sweep, tables, toy)
 from .toy import *  # noqa: F401,F403
 from .toy import __all__ as _toy_all
 
-__all__ = ["bench", "compare", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "reduction_ledger", "scores", "shift", "sweep", "tables", "toy", *_toy_all]
+__all__ = ["bench", "compare", "conformance", "ledger", "meta_ledger", "papers", "plans", "posthoc_study", "reduction_ledger", "scores", "shift", "sweep", "tables", "toy", *_toy_all]
