@@ -49,6 +49,7 @@ MAX_MEAN, MAX_LONG_SHARE, MAX_PARENS, MAX_PARAGRAPH, LONG = 22.0, 0.08, 1.2, 180
 ENFORCED = [
     "book/glossary.md",
     "book/notation.md",
+    "book/conformance.ipynb",
     "book/coursework/a2_focal_loss/a2_focal_loss.ipynb",
     "book/coursework/a5_post_hoc_calibration/a5_post_hoc_calibration.ipynb",
 ]
