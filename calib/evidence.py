@@ -424,8 +424,8 @@ class Family:
     fewer than ``min_n`` values (runs still to come), notes how many it has, so a sweep
     that is still running leaves blanks rather than one-seed guesses. :meth:`verdicts`
     corrects the tested cells together with :func:`decide`; :meth:`table` lays the cells
-    out ("+1.42 holds", "1 of 3 seeds", "not run yet") and :meth:`tally` counts them for
-    prose.
+    out ("+1.42 holds", "1 of 3 seeds", "not run yet"; "—" for a cell never added, one the
+    design does not plan) and :meth:`tally` counts them for prose.
 
     >>> fam = Family(["small", "large"], min_n=3)
     >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
@@ -457,7 +457,11 @@ class Family:
         return decide([v for v in self._cells.values() if isinstance(v, Verdict)], self.method)
 
     def table(self, digits: int = 2) -> object:
-        """A pandas DataFrame: one row per claim, one column per condition."""
+        """A pandas DataFrame: one row per claim, one column per condition.
+
+        A cell :meth:`add` was never called for is not in the design (dual focal loss under a
+        protocol that does not train it) and reads "—"; a planned cell without runs reads
+        "not run yet"."""
         import pandas as pd
 
         decided = iter(self.verdicts())
@@ -466,7 +470,7 @@ class Family:
             if isinstance(cell, Verdict):
                 v = next(decided)
                 cell = f"{v.effect:+.{digits}f}{v.unit} {v.outcome}"
-            rows.setdefault(row, dict.fromkeys(self.columns, "not run yet"))[column] = cell
+            rows.setdefault(row, dict.fromkeys(self.columns, "—"))[column] = cell
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def outcomes(self) -> dict[tuple[str, str], str]:
