@@ -217,11 +217,24 @@ def test_family_corrects_only_the_tested_cells_together():
     assert fam.tally() == evidence.tally(expected) + " (1 not tested yet)"
     table = fam.table()
     assert list(table.columns) == ["x", "y"] and list(table.index) == ["row 0", "row 1", "row 2"]
-    assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "not run yet"
+    assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "—"
     assert table.loc["row 0", "x"] == f"{expected[0].effect:+.2f} {expected[0].outcome}"
     outcomes = fam.outcomes()  # the corrected outcome of each cell, the untested one's note
     assert outcomes[("row 1", "y")] == expected[3].outcome and outcomes[("row 2", "x")] == "2 of 3 seeds"
     assert ("row 2", "y") not in outcomes
+
+
+def test_family_table_tells_a_cell_not_in_the_design_from_one_not_run_yet():
+    # planned: add() was called, with no runs yet; never added: not in this design
+    fam = evidence.Family(["B", "A"], min_n=3)
+    fam.add("dual focal below CE", "B", [], [], "planned, no runs yet")
+    fam.add("focal below CE", "B", [1.0, 1.1, 0.9], [2.0, 2.2, 1.9], "tested")
+    fam.add("focal below CE", "A", [], [2.0, 2.1, 1.9], "planned, one side missing")
+    table = fam.table()
+    assert table.loc["dual focal below CE", "B"] == "not run yet"
+    assert table.loc["dual focal below CE", "A"] == "—"
+    assert table.loc["focal below CE", "A"] == "not run yet"
+    assert fam.tally().endswith("(2 not tested yet)")  # the "—" cell is not counted
 
 
 def test_family_one_sample_cells_count_the_values_of_a():

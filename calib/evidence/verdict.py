@@ -370,7 +370,9 @@ class Family:
         return decide([v for v in self._cells.values() if isinstance(v, Verdict)], self.method)
 
     def table(self, digits: int = 2) -> object:
-        """A pandas DataFrame: one row per claim, one column per condition."""
+        """A pandas DataFrame: one row per claim, one column per condition; a cell never
+        added (a condition outside the design, e.g. a loss one protocol does not train)
+        reads "—", a planned cell whose runs are missing "not run yet"."""
         import pandas as pd
 
         decided = iter(self.verdicts())
@@ -379,7 +381,7 @@ class Family:
             if isinstance(cell, Verdict):
                 v = next(decided)
                 cell = f"{v.effect:+.{digits}f}{v.unit} {v.outcome}"
-            rows.setdefault(row, dict.fromkeys(self.columns, "not run yet"))[column] = cell
+            rows.setdefault(row, dict.fromkeys(self.columns, "—"))[column] = cell
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def cells(self) -> dict[tuple[str, str], Verdict | str]:

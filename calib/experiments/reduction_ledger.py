@@ -17,8 +17,8 @@ from typing import Any
 
 from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load
 
-__all__ = ["protocol_of", "size_of", "grid", "protocol_runs", "protocol_table", "epoch_curves", "last_epoch",
-           "LOSS_NAMES"]
+__all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "protocol_table", "epoch_curves",
+           "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "LOSS_NAMES"]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -27,9 +27,10 @@ def _settings(text: str) -> dict[str, str]:
 
 def protocol_of(settings: str) -> str:
     """The :data:`PROTOCOLS` key of a cell's per-cell settings (``"clip_grad=2,lr=0.1"`` -> ``"C"``);
-    a ``train_size`` among them is not part of the protocol."""
+    a ``train_size`` or ``split_seed`` among them is not part of the protocol."""
     given = _settings(settings)
     given.pop("train_size", None)
+    given.pop("split_seed", None)
     for key, spec in PROTOCOLS.items():
         if _settings(spec) == given:
             return key
@@ -43,6 +44,40 @@ def size_of(settings: str, name: str = "reduction") -> int:
     return int(_settings(settings).get("train_size", args[args.index("--train-size") + 1]))
 
 
+def draw_of(settings: str) -> int:
+    """The split seed of a cell's per-cell settings: which draw of training and validation
+    images it trained on (0, the default, where the settings name none)."""
+    return int(_settings(settings).get("split_seed", 0))
+
+
+def _arg(name: str, flag: str) -> str:
+    args = SWEEPS[name].args
+    return args[args.index(flag) + 1]
+
+
+def sgd_steps(name: str, train_size: int | None = None, *, after_epoch: int = 0) -> int:
+    """The SGD steps of one run of sweep ``name``: ``ceil(n / batch) * (epochs - after_epoch)``.
+
+    ``n`` is ``train_size`` (default: the sweep's ``--train-size``); the loader keeps the last
+    partial batch, so an epoch has ``ceil(n / batch)`` steps. ``after_epoch``: count only the
+    epochs after it (:func:`first_drop` gives the steps after the first learning-rate drop).
+    At a fixed number of epochs the size sets the steps (Mukhoti et al. 2020, §3, tie CE's
+    over-confidence to the epochs after the drop), so a trend over sizes is also one over steps.
+    """
+    n = int(_arg(name, "--train-size")) if train_size is None else int(train_size)
+    if n < 1:
+        raise ValueError(f"train_size must be a positive int, got {train_size!r}")
+    epochs = int(_arg(name, "--epochs"))
+    if not 0 <= after_epoch <= epochs:
+        raise ValueError(f"after_epoch must lie in [0, {epochs}], got {after_epoch!r}")
+    return -(-n // int(_arg(name, "--batch-size"))) * (epochs - after_epoch)
+
+
+def first_drop(name: str) -> int:
+    """The epoch after which sweep ``name`` first divides its learning rate (its first milestone)."""
+    return int(_arg(name, "--milestones").split(",")[0])
+
+
 def grid(name: str = "reduction") -> list[tuple[str, str, int]]:
     """The sweep's cells by (loss, protocol, train_size), in the order of its ``--loss`` specs
     (the seeds aside): what :func:`protocol_runs` holds once the sweep has finished."""
@@ -52,7 +87,7 @@ def grid(name: str = "reduction") -> list[tuple[str, str, int]]:
     for spec in specs:  # <loss>[:<kwargs>]@<settings>, as in calib.experiments.sweep
         loss, settings = spec.split("@", 1)
         out.append((loss.split(":", 1)[0], protocol_of(settings), size_of(settings, name)))
-    return out
+    return list(dict.fromkeys(out))  # the draws of one (loss, protocol, size) are one group
 
 
 def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None) -> Any:
@@ -66,7 +101,8 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     the epoch the run kept (the last, in every protocol sweep): ``accuracy``, ``ece`` and
     ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
     the number of training images (:func:`size_of`); ``seconds``, the run's training time;
-    ``device``, where it trained (``cpu``, or the ``cuda`` of a ledger session on a GPU).
+    ``device``, where it trained (``cpu``, or the ``cuda`` of a ledger session on a GPU);
+    ``split_seed``, the draw of training and validation images (:func:`draw_of`).
     """
     import pandas as pd
 
@@ -74,8 +110,10 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     where = _devices(name, root)
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
     frame = pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
-                           "train_size": size_of(str(r["settings"] or ""), name)} for r in rows])
-    keys = zip(frame["loss"], frame["protocol"], frame["train_size"], frame["seed"])
+                           "train_size": size_of(str(r["settings"] or ""), name),
+                           "split_seed": draw_of(str(r["settings"] or ""))} for r in rows],
+                         columns=[*keep, "protocol", "train_size", "split_seed"])
+    keys = zip(frame["loss"], frame["protocol"], frame["train_size"], frame["split_seed"], frame["seed"])
     return frame.assign(device=[where[k] for k in keys])
 
 
@@ -101,27 +139,29 @@ def protocol_table(runs: Any) -> Any:
 
 def epoch_curves(name: str = "reduction", key: str = "test_ece",
                  root: str | os.PathLike | None = None, *,
-                 train_size: int | None = None) -> dict[tuple[str, str], Any]:
+                 train_size: int | None = None, split_seed: int | None = None
+                 ) -> dict[tuple[str, str], Any]:
     """Per-epoch ``key`` of the cells of :func:`protocol_runs`, grouped by (loss, protocol).
 
     Returns ``{(loss, protocol): (seeds, epochs) array}`` from each cell's
     ``history.jsonl``. Only cells with a row in ``results.csv`` are read, so the curves
     rest on the same seeds as the table (a run directory finished after the last merge
     is left out). ``train_size`` keeps the cells of that size (a sweep over sizes, such as
-    ``regime``, needs it); None keeps every cell.
+    ``regime``, needs it); None keeps every cell. ``split_seed`` likewise keeps one draw of
+    images (``regime_draws``). The rows are in seed order.
     """
     import numpy as np
 
     groups: dict[tuple[str, str], list[list[float]]] = {}
-    for (loss, protocol, size, _), history in _listed_histories(name, root).items():
-        if train_size is None or size == train_size:
+    for (loss, protocol, size, draw, _), history in sorted(_listed_histories(name, root).items()):
+        if (train_size is None or size == train_size) and (split_seed is None or draw == split_seed):
             groups.setdefault((loss, protocol), []).append([h[key] for h in history])
     return {k: np.asarray(v, dtype=float) for k, v in groups.items()}
 
 
 def _listed_histories(name: str, root: str | os.PathLike | None
-                      ) -> dict[tuple[str, str, int, int], list[dict[str, Any]]]:
-    """``{(loss, protocol, train_size, seed): history}`` of the cells with a row in ``results.csv``
+                      ) -> dict[tuple[str, str, int, int, int], list[dict[str, Any]]]:
+    """``{(loss, protocol, train_size, split_seed, seed): history}`` of the cells with a row in ``results.csv``
     (a run directory finished after the last merge is left out, so curves and tables share
     their seeds)."""
     rows, _ = load(name, root)
@@ -129,19 +169,19 @@ def _listed_histories(name: str, root: str | os.PathLike | None
     return {k: history for cell, history in histories(name, root).items() if (k := _cell_key(name, cell)) in listed}
 
 
-def _key(name: str, loss: str, settings: str, seed: int) -> tuple[str, str, int, int]:
-    return loss, protocol_of(settings), size_of(settings, name), seed
+def _key(name: str, loss: str, settings: str, seed: int) -> tuple[str, str, int, int, int]:
+    return loss, protocol_of(settings), size_of(settings, name), draw_of(settings), seed
 
 
-def _cell_key(name: str, cell: str) -> tuple[str, str, int, int]:
-    """A cell directory's (loss, protocol, train_size, seed); its name reads
+def _cell_key(name: str, cell: str) -> tuple[str, str, int, int, int]:
+    """A cell directory's (loss, protocol, train_size, split_seed, seed); its name reads
     ``<data>__<model>__<loss spec>@<settings>__s<seed>`` (calib.experiments.sweep)."""
     _, _, loss_spec, seed = cell.split("__")
     spec, settings = loss_spec.split("@", 1)
     return _key(name, spec.split("-", 1)[0], settings, int(seed.removeprefix("s")))
 
 
-def _devices(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int, int], str]:
+def _devices(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int, int, int], str]:
     """Where each finished cell trained: the device its config names, ``cpu`` where it names
     none (every ledger session before the first on a GPU ran on a CPU and named none)."""
     import json
@@ -158,12 +198,53 @@ def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "
                root: str | os.PathLike | None = None) -> Any:
     """The last epoch's ``keys`` of each cell of :func:`protocol_runs`, one row per cell.
 
-    Columns ``loss``, ``protocol``, ``train_size``, ``seed`` and the keys (NaN where a run
+    Columns ``loss``, ``protocol``, ``train_size``, ``split_seed``, ``seed`` and the keys (NaN where a run
     did not record one: ``train_grad_norm``, the norm of the gradient before clipping, is
     recorded only by runs that clip).
     """
     import pandas as pd
 
-    return pd.DataFrame([{"loss": loss, "protocol": protocol, "train_size": size, "seed": seed,
-                          **{k: float(history[-1].get(k, float("nan"))) for k in keys}}
-                         for (loss, protocol, size, seed), history in _listed_histories(name, root).items()])
+    return pd.DataFrame([{"loss": loss, "protocol": protocol, "train_size": size, "split_seed": draw,
+                          "seed": seed, **{k: float(history[-1].get(k, float("nan"))) for k in keys}}
+                         for (loss, protocol, size, draw, seed), history
+                         in _listed_histories(name, root).items()])
+
+
+def nll_rise(name: str, protocol: str, train_size: int, *, loss: str = "ce", split_seed: int = 0,
+             root: str | os.PathLike | None = None) -> Any:
+    """Per seed (in seed order): the test NLL at the last epoch minus its lowest value from the
+    last epoch before the first learning-rate drop on (0 if the curve never rises after it).
+
+    The rise of the test NLL after the drop is how Mukhoti et al. (2020, §3) see CE overfit
+    the NLL. The window starts at epoch ``first_drop(name)``, the last at the high rate, so a
+    curve that only falls gives 0. Empty (shape ``(0,)``) while no run of the group is finished.
+    """
+    import numpy as np
+
+    curves = epoch_curves(name, "test_nll", root, train_size=train_size,
+                          split_seed=split_seed).get((loss, protocol))
+    if curves is None:
+        return np.empty(0)
+    return curves[:, -1] - curves[:, first_drop(name) - 1:].min(axis=1)
+
+
+def log_t_ratio(runs: Any, reference: str = "ce") -> Any:
+    """Per seed, ``log T_loss - log T_reference``: each loss's temperature against the
+    reference's run with the same protocol, size, draw and seed (the same initialisation and
+    images), as a DataFrame with ``loss``, ``protocol``, ``train_size``, ``split_seed``, ``seed``
+    and ``log_ratio``.
+
+    A loss that corrects more as the data grow has a ratio that falls with the size; a fall of
+    its T alone can be the reference's own fall (Wang et al. 2021, §4, tie the best
+    regulariser strength to the size). A run without its reference partner is left out.
+    """
+    import numpy as np
+
+    keys = ["protocol", "train_size", "split_seed", "seed"]
+    missing = {"loss", "temperature", *keys} - set(runs.columns)
+    if missing:
+        raise ValueError(f"runs lacks the columns {sorted(missing)} (protocol_runs gives them)")
+    ref = runs[runs["loss"] == reference][[*keys, "temperature"]]
+    both = runs[runs["loss"] != reference].merge(ref, on=keys, suffixes=("", "_ref"))
+    both = both.assign(log_ratio=np.log(both["temperature"]) - np.log(both["temperature_ref"]))
+    return both[["loss", *keys, "log_ratio"]].reset_index(drop=True)

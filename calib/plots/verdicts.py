@@ -153,7 +153,7 @@ def verdict_grid(family: Family, *, title: str = "", row_label: str = "claim",
     for row in rows:
         tds, texts = [], []
         for col in family.columns:
-            td, text = _cell(cells.get((row, col), "not run yet"), recurrence)
+            td, text = _cell(cells.get((row, col), "—"), recurrence)
             tds.append(td)
             texts.append(f"{col}: {text}")
         body.append(f'<tr><th scope="row">{html.escape(row)}</th>{"".join(tds)}</tr>')
