@@ -40,6 +40,8 @@ from typing import Any
 FORBIDDEN = ("calib.metrics", "calib.losses", "calib.theory", "calib.posthoc")
 # what every manual entry of the grading output says after its name
 MANUAL = "written answer, graded by hand"
+# a line that runs a question's checks (not a mention of them in a string or comment)
+_CHECK_CALL = re.compile(r"^\s*(pass\s*#\s*)?grader\.check(_all)?\(", re.M)
 # what otter assign puts in a written answer's cell of the student notebook
 PLACEHOLDER = "_Type your answer here, replacing this text._"
 
@@ -152,7 +154,7 @@ def setup_errors(notebook: dict) -> tuple[list[str], list[str]]:
             continue  # the cells otter run adds before the notebook's own
         number += 1
         tags = cell.get("metadata", {}).get("tags", [])
-        checked = checked or "otter_answer_cell" in tags or "grader.check(" in source
+        checked = checked or "otter_answer_cell" in tags or bool(_CHECK_CALL.search(source))
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 text = f"cell {number}: {out.get('ename')}: {out.get('evalue')}"

@@ -141,7 +141,7 @@ def assignment_setup_source(assignment: str, url: str | None = None, ref: str | 
         "        ) from None\n"
         'elif not os.path.isdir("tests"):\n'
         "    print(\n"
-        '        "No tests/ folder beside this notebook, so grader.check(...) cannot run: "\n'
+        '        "No tests/ folder beside this notebook, so its checks cannot run: "\n'
         '        "put this assignment\'s tests/ folder beside it (from your instructor, "\n'
         '        "or from the book\'s repository: book/coursework/"\n'
         f'        "{assignment}/tests)."\n'
