@@ -229,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--debug", action="store_true",
                         help=f"show the full traceback of a failure (also: {DEBUG_ENV}=1)")
-    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,sweep,fake-data,ledger,audit}")
+    sub = parser.add_subparsers(dest="command", metavar="{train,evaluate,sweep,fake-data,ledger,audit,grade}")
     sub.required = True
 
     t = sub.add_parser("train", help="train a model and write a run directory",
@@ -289,7 +289,33 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--offsets", default=None, help="comma-separated seed offsets (default: 100,200,300,400,500)")
     a.add_argument("--threads", default=None, help="comma-separated thread counts (default: 1,2)")
     a.set_defaults(run=cmd_audit, subparser=a)
+
+    r = sub.add_parser("grade", help="grade coursework submissions outside the students' code",
+                       description="Grade an LMS download (a folder of notebooks, one folder per student, "
+                                   "a zip of either, or one notebook) against an assignment built by "
+                                   "tools/build_assignments.py: each notebook runs in a fresh kernel, the "
+                                   "tests in a separate process (calib.grading). Writes OUT/<student>/"
+                                   "results.json, the executed notebook and its tables, and OUT/grades.csv.")
+    r.add_argument("autograder", metavar="AUTOGRADER",
+                   help="the built assignment (<out>/<name>), its autograder/ folder or its zip")
+    r.add_argument("submissions", metavar="SUBMISSIONS", help="the download: folder, zip or notebook")
+    r.add_argument("--out", required=True, help="where the grades go (keep it outside the repository)")
+    r.add_argument("--smoke", action="store_true",
+                   help="CALIB_SMOKE=1 in the kernel: Assignment 6 trains its short version (flagged FAST)")
+    r.add_argument("--timeout", type=_positive(int), default=1800, help="seconds per notebook cell and test run")
+    r.set_defaults(run=cmd_grade, subparser=r)
     return parser
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    import pathlib
+
+    from .grading import grade_all
+
+    rows = grade_all(pathlib.Path(args.autograder), pathlib.Path(args.submissions), pathlib.Path(args.out),
+                     smoke=args.smoke, timeout=args.timeout)
+    print(f"{len(rows)} submissions; grades in {pathlib.Path(args.out).resolve() / 'grades.csv'}")
+    return 0 if all(r["status"] == "graded" for r in rows) else 1
 
 
 def cmd_audit(args: argparse.Namespace) -> int:

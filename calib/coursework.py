@@ -40,11 +40,26 @@ from typing import Any
 FORBIDDEN = ("calib.metrics", "calib.losses", "calib.theory", "calib.posthoc")
 # what every manual entry of the grading output says after its name
 MANUAL = "written answer, graded by hand"
+# a line that runs a question's checks (not a mention of them in a string or comment)
+_CHECK_CALL = re.compile(r"^\s*(pass\s*#\s*)?grader\.check(_all)?\(", re.M)
 # what otter assign puts in a written answer's cell of the student notebook
 PLACEHOLDER = "_Type your answer here, replacing this text._"
 
-__all__ = ["FORBIDDEN", "MANUAL", "library_calls", "setup_errors", "manual_answers",
-           "ManualQuestion", "ManualQuestions", "SetupErrors"]
+__all__ = ["FORBIDDEN", "MANUAL", "library_calls", "register_static_uses", "setup_errors",
+           "manual_answers", "ManualQuestion", "ManualQuestions", "SetupErrors"]
+
+# what the grader found in a function's source (calib.grading.static), keyed by the function
+_STATIC_USES: dict[int, tuple[Callable[..., Any], list[str]]] = {}
+
+
+def register_static_uses(fn: Callable[..., Any], uses: Iterable[str]) -> None:
+    """Record the forbidden names ``fn``'s source refers to, as ``module:name``.
+
+    The grader reads them from the submission's code (:mod:`calib.grading.static`), so
+    a call the tracer cannot see (from another thread, after ``sys.setprofile(None)``)
+    still counts: :func:`library_calls` reports both.
+    """
+    _STATIC_USES[id(fn)] = (fn, [str(u) for u in uses])
 
 
 def _package_dirs(modules: Iterable[str]) -> dict[str, str]:
@@ -68,7 +83,9 @@ def library_calls(
 ) -> tuple[Any, list[str]]:
     """Call ``fn(*args, **kwargs)``; return its result and the forbidden functions it called.
 
-    A function counts when its code lies in one of the ``forbidden`` modules (a package
+    Under the grader (``python -m calib grade``) the names ``fn``'s source refers to
+    (:func:`register_static_uses`) count as well, however the call is made. Traced, a
+    function counts when its code lies in one of the ``forbidden`` modules (a package
     counts with all its submodules). The calls are listed once each, as
     ``module:function``, in the order first seen. Exceptions of ``fn`` propagate.
 
@@ -108,6 +125,12 @@ def library_calls(
         result = fn(*args, **kwargs)
     finally:
         sys.setprofile(previous)
+    registered = _STATIC_USES.get(id(fn))
+    if registered is not None and registered[0] is fn:
+        for use in registered[1]:
+            module = use.split(":")[0]
+            if module == "calib" or any(module == f or module.startswith(f + ".") for f in dirs.values()):
+                seen.setdefault(use, None)
     return result, list(seen)
 
 
@@ -131,7 +154,7 @@ def setup_errors(notebook: dict) -> tuple[list[str], list[str]]:
             continue  # the cells otter run adds before the notebook's own
         number += 1
         tags = cell.get("metadata", {}).get("tags", [])
-        checked = checked or "otter_answer_cell" in tags or "grader.check(" in source
+        checked = checked or "otter_answer_cell" in tags or bool(_CHECK_CALL.search(source))
         for out in cell.get("outputs", []):
             if out.get("output_type") == "error":
                 text = f"cell {number}: {out.get('ename')}: {out.get('evalue')}"

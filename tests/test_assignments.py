@@ -1,7 +1,8 @@
-"""The coursework's autograders, verified both ways with ``otter run`` as an instructor runs it.
+"""The coursework's autograders, verified both ways with ``python -m calib grade``.
 
 For every master notebook in ``book/assignments/``: ``otter assign`` builds the student
-notebook and the autograder zip (``tools/build_assignments.py``), then ``otter run``
+notebook and the autograder (``tools/build_assignments.py``), then the grader of
+``calib.grading`` (the notebook in a fresh kernel, the tests in a separate process)
 grades, every submission saved as ``student.ipynb`` as an LMS renames it, (a) the
 reference solution: full marks, and no cell raises (Assignment 1 through the
 instructors page's commands, run as written); (b) the blank student notebook: below
@@ -9,8 +10,12 @@ half; (c) one notebook per typical wrong answer, made from the solution by subst
 the wrong line into its solution cell (answers that call calib for the function they
 must write among them): the hidden test written to catch that mistake fails and its
 points are lost. Mistakes in different cells share one notebook (``alongside``), one
-kernel. A notebook whose setup raises must come back as a failed grading, not a score. The book's copies in ``book/coursework/`` must match a
-fresh build and hold no solution and no hidden test.
+kernel. Some carry a trick that fooled graders running inside the student's kernel
+(issue 44: the library called from a thread, the tracer switched off, ``abs`` or
+``torch.allclose`` patched); two blank notebooks rewrite the test files on disk and
+patch otter's ``Checker``: none scores more than the work it holds. A notebook whose
+setup raises must come back as a failed grading, not a score. The book's copies in
+``book/coursework/`` must match a fresh build and hold no solution and no hidden test.
 
 Each grading starts a kernel (about 10-30 s on two busy cores); the cases are separate
 tests so that ``pytest -n 2`` spreads them. Every grading case carries the ``grading``
@@ -31,6 +36,7 @@ from typing import NamedTuple
 import pytest
 
 from calib.coursework import MANUAL
+from calib.grading import runner
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -48,7 +54,12 @@ class Mistake(NamedTuple):
     question: str
     test: str  # the hidden test function meant to catch it
     alongside: str = ""  # graded in the notebook of that mistake (one kernel for both)
+    patch: str = ""  # a trick: a top-level cell added after the imports
 
+
+# abs of a float is 0: every `abs(got - want) < tol` of a test run in the kernel passes
+PATCHED_ABS = ("import builtins\n\n_abs = builtins.abs\n"
+               "builtins.abs = lambda x: 0.0 if isinstance(x, float) else _abs(x)")
 
 MISTAKES: dict[str, dict[str, Mistake]] = {
     "a1_measuring_calibration": {
@@ -58,22 +69,24 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
         ),
         "unweighted mean over bins": Mistake(
             "def ece(", "total += in_bin.mean() * gap", "total += gap / len(np.unique(idx))",
-            "q1_ece", "test_weighted_by_bin_size",
+            "q1_ece", "test_weighted_by_bin_size", patch=PATCHED_ABS,
         ),
         "reliability bins [lo, hi)": Mistake(
             "def reliability_bins(", 'conf, side="left")', 'conf, side="right")',
             "q2_bins", "test_edges_go_to_the_bin_below", alongside="[lo, hi) bins",
         ),
-        "ece from calib.metrics": Mistake(
+        "ece from calib.metrics in a thread": Mistake(
             "def ece(", "    probs = np.asarray(probs, dtype=np.float64)\n    labels",
-            "    return metrics.ece(probs, labels, n_bins=n_bins)\n    labels",
+            "    from concurrent.futures import ThreadPoolExecutor\n"
+            "    with ThreadPoolExecutor(1) as pool:  # the tracer watched one thread\n"
+            "        return pool.submit(metrics.ece, probs, labels, n_bins).result()\n    labels",
             "q1_ece", "test_weighted_by_bin_size",
         ),
         "reliability bins from calib.metrics": Mistake(
             "def reliability_bins(", "    probs = np.asarray(probs, dtype=np.float64)\n",
             "    ref = metrics.bin_stats(probs, labels, n_bins=n_bins)\n"
             "    return ref.counts, ref.accuracy, ref.confidence\n",
-            "q2_bins", "test_matches_reference", alongside="ece from calib.metrics",
+            "q2_bins", "test_matches_reference", alongside="ece from calib.metrics in a thread",
         ),
     },
     "a2_focal_loss": {
@@ -91,6 +104,7 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
             "    return p, float(theory.gradient_factor(p, gamma))\n"
             "    res = optimize.minimize_scalar(",
             "q3_peak", "test_peak_value", alongside="missing (1 - p)^gamma",
+            patch="import sys\n\nsys.setprofile(None)  # the tracer, switched off",
         ),
     },
     "a3_temperature_scaling": {
@@ -147,7 +161,7 @@ MISTAKES: dict[str, dict[str, Mistake]] = {
     "a4_gradient_weighting": {
         "weight not detached": Mistake(
             "def bsce_gra_loss(", "(weight.detach() * ce)", "(weight * ce)",
-            "q1_loss", "test_gradient_is_detached",
+            "q1_loss", "test_gradient_is_detached", patch="torch.allclose = lambda *a, **k: True",
         ),
         "fixed point of plain CE": Mistake(
             "def expected_gradient(", "    loss = eta * bsce_gra_loss(row, torch.tensor([0]))\n"
@@ -192,9 +206,9 @@ class Graded(NamedTuple):
     scores: dict[str, tuple[float, float]]  # question -> (score, max)
     failed: dict[str, set[int]]  # question -> numbers (1-based) of the failed test cases
     output: str
-    errors: str  # what calib.coursework.SetupErrors reported: cells that raised, or ""
+    errors: str  # the status and message of a grading that did not go through, or ""
     results: dict  # results.json as written
-    manual: dict[str, tuple[float, float]]  # written question -> (score, max), from ManualQuestions
+    manual: dict[str, tuple[float, float]]  # written question -> (score, max)
 
 
 def grading_env() -> dict[str, str]:
@@ -207,30 +221,31 @@ def grading_env() -> dict[str, str]:
 
 
 def read_results(results: pathlib.Path, log: str = "") -> Graded:
-    """The scores, failed test cases and reported errors of an ``otter run`` results.json."""
-    assert results.is_file(), f"otter run wrote no results:\n{log[-6000:]}"
+    """The scores, failed test cases and status of a grader's results.json."""
+    assert results.is_file(), f"the grader wrote no results:\n{log[-6000:]}"
     data = json.loads(results.read_text())
     scores, failed, text, manual = {}, {}, [], {}
     for test in data["tests"]:
-        if "max_score" not in test or test.get("max_score") is None:
-            continue
         name = test["name"]
-        if test.get("output", "").startswith(f"{name}: {MANUAL}"):
+        if test.get("manual"):
+            assert test["output"].startswith(f"{name}: {MANUAL}"), test["output"]
             manual[name] = (float(test["score"]), float(test["max_score"]))
             continue
         scores[name] = (float(test["score"]), float(test["max_score"]))
-        body = test.get("output", "")
-        text.append(body)
-        failed[name] = {int(n) for n, mark in re.findall(rf"{name} - (\d+) result:\s*(\S)", body) if mark != "✅"}
-    return Graded(scores, failed, "\n".join(text), data.get("output", ""), data, manual)
+        text.append(test["output"])
+        failed[name] = {c["number"] for c in test["cases"] if not c["passed"]}
+    errors = "" if data["status"] == "graded" else f"{data['status']}: {data['message']}"
+    return Graded(scores, failed, "\n".join(text), errors, data, manual)
 
 
-def grade(zip_path: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path) -> Graded:
-    """``otter run -a zip -o out notebook``, as the instructors page runs it."""
-    out.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "otter", "run", "--no-logo", "-a", str(zip_path), "-o", str(out), str(notebook)]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=grading_env(), cwd=out, timeout=600)
-    return read_results(out / "results.json", done.stdout + done.stderr)
+def grade(built_dir: pathlib.Path, notebook: pathlib.Path, out: pathlib.Path, monkeypatch) -> Graded:
+    """The grader of ``python -m calib grade`` on one notebook, in this process."""
+    for key, value in grading_env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+    smoke = built_dir.name == "a6_training_and_evidence"  # the short training, flagged FAST
+    runner.grade(runner.Bundle.read(built_dir), notebook, out, smoke=smoke, timeout=900)
+    return read_results(out / "results.json")
 
 
 def cases_of(built_dir: pathlib.Path, question: str) -> list[tuple[str, float, bool]]:
@@ -257,28 +272,40 @@ def page_blocks() -> list[str]:
 
 
 def grade_as_the_page_says(b: pathlib.Path, where: pathlib.Path) -> Graded:
-    """Run the page's one-submission recipe as written, on the solution saved as alice.ipynb.
+    """Run the page's grading recipe as written, on the solution in an LMS download.
 
-    The page names ``_build/assignments`` (what ``make assignments`` writes) and
-    ``submissions/alice.ipynb``; both are laid out in ``where``, and the block runs there
-    with ``otter`` from this venv.
+    The page names ``_build/assignments`` (what ``make assignments`` writes), a download
+    ``submissions/`` and grades under ``~/grades``; the download holds the solution as
+    Moodle hands it over (a folder per student), HOME is ``where``.
     """
     (where / "_build").mkdir(parents=True)
     (where / "_build" / "assignments").symlink_to(b.parent, target_is_directory=True)
-    (where / "submissions").mkdir()
-    (where / "submissions" / "alice.ipynb").write_text((b / "autograder" / f"{b.name}.ipynb").read_text())
-    block = next(blk for blk in page_blocks() if "otter run" in blk and "for nb in" not in blk)
+    folder = where / "submissions" / "Alice Smith_12345_assignsubmission_file_"
+    folder.mkdir(parents=True)
+    (folder / "a1.ipynb").write_text((b / "autograder" / f"{b.name}.ipynb").read_text())
+    block = next(blk for blk in page_blocks() if "python -m calib grade" in blk)
     done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], capture_output=True, text=True,
-                          env=grading_env(), cwd=where, timeout=600)
+                          env={**grading_env(), "HOME": str(where)}, cwd=where, timeout=900)
     assert done.returncode == 0, f"the page's grading recipe failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    return read_results(where / "results" / "alice" / "results.json", done.stdout + done.stderr)
+    rows = (where / "grades" / b.name / "grades.csv").read_text().splitlines()
+    assert len(rows) == 2 and rows[1].startswith("Alice_Smith_12345,a1.ipynb,graded,"), rows
+    return read_results(where / "grades" / b.name / "Alice_Smith_12345" / "results.json",
+                        done.stdout + done.stderr)
+
+
+def with_patch(nb: dict, patch: str) -> dict:
+    """``nb`` with the top-level cell ``patch`` after its imports (the grader cell's)."""
+    nb = json.loads(json.dumps(nb))
+    at = next(i for i, c in enumerate(nb["cells"]) if "otter.Notebook()" in "".join(c["source"]))
+    nb["cells"].insert(at + 1, {"cell_type": "code", "id": "trick", "metadata": {}, "outputs": [],
+                                "execution_count": None, "source": patch})
+    return nb
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name,case", CASES)
-def test_autograder(name, case, build_dir, tmp_path):
+def test_autograder(name, case, build_dir, tmp_path, monkeypatch):
     b = built(name, build_dir)
-    zip_path = ba.autograder_zip(b)
     solution_path = b / "autograder" / f"{name}.ipynb"
     # every submission under another name than the assignment's, as an LMS renames it
     notebook = tmp_path / SUBMISSION
@@ -295,12 +322,13 @@ def test_autograder(name, case, build_dir, tmp_path):
             mistakes = riding_with(name, case)
             for mistake in mistakes.values():
                 nb = with_mistake(nb, mistake)
+                nb = with_patch(nb, mistake.patch) if mistake.patch else nb
         notebook.write_text(ba.dumps(nb))
-        graded = grade(zip_path, notebook, tmp_path / "out")
+        graded = grade(b, notebook, tmp_path / "out", monkeypatch)
     total = sum(s for s, _ in graded.scores.values())
     possible = sum(m for _, m in graded.scores.values())
     print(f"{name} / {case}: {total:g}/{possible:g}", {q: s for q, (s, _) in graded.scores.items()})
-    assert "SETUP FAILED" not in graded.errors, graded.errors
+    assert not graded.errors, graded.errors
     assert possible > 0 and set(graded.scores) == {p.stem for p in (b / "autograder" / "tests").glob("*.py")}
     # the written questions beside the automatic ones: 0 of their points, for the instructor
     assert graded.manual == {q: (0.0, p) for q, p in manual_questions(name).items()}, graded.manual
@@ -308,14 +336,22 @@ def test_autograder(name, case, build_dir, tmp_path):
     if case == "solution":
         # full marks, and every cell ran without an error
         assert total == possible, f"reference solution scored {total}/{possible}:\n{graded.output}"
-        assert not graded.errors, f"cells of the reference solution raised:\n{graded.errors}"
+        assert not graded.results["errors"], f"cells of the reference solution raised: {graded.results['errors']}"
         quoted = [t["output"] for t in graded.results["tests"] if t["name"] in graded.manual]
         assert all("The answer as submitted:" in q for q in quoted), quoted
+        assert not [f for f in graded.results["flags"] if f.startswith(("blocked", "tampering", "library"))]
+        if name == "a6_training_and_evidence":  # item 3: the grader's table, kept and shown
+            kept = tmp_path / "out"
+            assert (kept / "executed.ipynb").is_file() and (kept / "table.csv").is_file()
+            assert all("The table this grading produced (table.csv)" in q for q in quoted), quoted
+            assert any(f.startswith("FAST") for f in graded.results["flags"]), graded.results["flags"]
     elif case == "blank":
         assert total < possible / 2, f"blank notebook scored {total}/{possible}"
     else:
         assert total < possible
         for label, mistake in mistakes.items():
+            if mistake.patch:  # the trick ran in the kernel, and the grade says so
+                assert any(f.startswith("tampering") for f in graded.results["flags"]), graded.results
             cases = cases_of(b, mistake.question)
             number = [fn for fn, _, _ in cases].index(mistake.test) + 1
             points = cases[number - 1][1]
@@ -329,7 +365,7 @@ def test_autograder(name, case, build_dir, tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.grading
-def test_a_notebook_whose_setup_fails_is_reported_not_quietly_scored(build_dir, tmp_path):
+def test_a_notebook_whose_setup_fails_is_reported_not_quietly_scored(build_dir, tmp_path, monkeypatch):
     """A setup cell that raises (here a missing name, as a lost notebook file once did)."""
     name = "a2_focal_loss"
     b = built(name, build_dir)
@@ -338,25 +374,109 @@ def test_a_notebook_whose_setup_fails_is_reported_not_quietly_scored(build_dir, 
     assert len(setup) == 1
     setup[0]["source"] = "".join(setup[0]["source"]).replace("from calib import", "from calib import nothing,")
     (tmp_path / SUBMISSION).write_text(ba.dumps(nb))
-    graded = grade(ba.autograder_zip(b), tmp_path / SUBMISSION, tmp_path / "out")
-    names = [t.get("name") for t in graded.results["tests"]]
-    assert "Autograder Failed" in names and graded.results["score"] == 0, graded.results
-    detail = next(t["output"] for t in graded.results["tests"] if t.get("name") == "Autograder Exception")
-    assert "setup raised an error" in detail and "ImportError" in detail, detail
+    graded = grade(b, tmp_path / SUBMISSION, tmp_path / "out", monkeypatch)
+    assert graded.results["status"] == "setup failed" and graded.results["score"] == 0, graded.results
+    assert "setup raised an error" in graded.errors and "ImportError" in graded.errors, graded.errors
 
 
-def test_the_page_loop_makes_each_output_folder(tmp_path):
-    """The page's loop over a folder, with otter stubbed: it makes each -o folder first."""
-    (tmp_path / "submissions").mkdir()
-    for who in ("alice", "bob"):
-        (tmp_path / "submissions" / f"{who}.ipynb").write_text("{}")
-    loop = next(blk for blk in page_blocks() if "for nb in" in blk)
-    stub = 'otter() { [ -d "${@: -2:1}" ] || { echo "missing ${@: -2:1}"; exit 2; }; echo "$@" >> calls; }\n'
-    done = subprocess.run(["bash", "-euo", "pipefail", "-c", "AG=ag.zip\n" + stub + loop],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert done.returncode == 0, done.stdout + done.stderr
-    calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls == [f"run -a ag.zip -o results/{w} submissions/{w}.ipynb" for w in ("alice", "bob")]
+# Blank notebooks that attack the grader itself (issue 44): neither may score a point.
+REWRITE_TESTS = """import glob
+import os
+
+PASSING = "from otter.test_files import test_case\\nOK_FORMAT = False\\nname = {!r}\\npoints = None\\n" \\
+    "@test_case(points=100, hidden=False)\\ndef test_x():\\n    pass\\n"
+for path in glob.glob("tests/*.py") + glob.glob(os.path.join(AUTOGRADER, "tests", "*.py")):
+    with open(path, "w") as f:
+        f.write(PASSING.format(os.path.basename(path)[:-3]))
+"""
+TAMPER_CHECKER = """from otter.execute import Checker
+
+Checker.enable_tracking()
+_check = Checker.check.__func__
+
+
+def _passing(cls, *args, **kwargs):
+    result = _check(cls, *args, **kwargs)
+    for case in getattr(result, "test_case_results", []):
+        case.passed = True
+    return result
+
+
+Checker.check = classmethod(_passing)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.grading
+@pytest.mark.parametrize("name,trick", [("a3_temperature_scaling", "rewrite tests"),
+                                        ("a5_post_hoc_calibration", "patch Checker")])
+def test_a_blank_notebook_that_attacks_the_grader_scores_nothing(name, trick, build_dir, tmp_path, monkeypatch):
+    import shutil
+
+    b = tmp_path / name  # a copy the trick may rewrite, not the session's build
+    shutil.copytree(built(name, build_dir), b)
+    nb = json.loads((b / "student" / f"{name}.ipynb").read_text())
+    cell = (f"AUTOGRADER = {str(b / 'autograder')!r}\n" + REWRITE_TESTS if trick == "rewrite tests"
+            else TAMPER_CHECKER)
+    (tmp_path / SUBMISSION).write_text(ba.dumps(with_patch(nb, cell)))
+    graded = grade(b, tmp_path / SUBMISSION, tmp_path / "out", monkeypatch)
+    total = sum(s for s, _ in graded.scores.values())
+    assert not graded.errors and total == 0, (graded.errors, graded.scores)
+    if trick == "patch Checker":
+        assert any(f.startswith("tampering") for f in graded.results["flags"]), graded.results["flags"]
+    if trick == "rewrite tests":  # the trick did write; the grader had read the tests before
+        assert "test_x" in (b / "autograder" / "tests" / "q1_nll.py").read_text()
+
+
+def test_an_lms_download_is_read_per_student(tmp_path):
+    """Moodle's folder per student, Canvas's renamed files, and what cannot be graded."""
+    from calib.grading import find_submissions
+
+    (tmp_path / "Alice Smith_12345_assignsubmission_file_").mkdir()
+    (tmp_path / "Alice Smith_12345_assignsubmission_file_" / "a1.ipynb").write_text("{}")
+    (tmp_path / "Bo Li_777_assignsubmission_file_").mkdir()
+    (tmp_path / "smith_12345_67890_a1_measuring_calibration.ipynb").write_text("{}")
+    (tmp_path / "lee_late_42_99_submission_a1-1.ipynb").write_text("{}")
+    found = {who: (p.name if p else None, status) for who, p, status in find_submissions(tmp_path)}
+    assert found == {
+        "Alice_Smith_12345": ("a1.ipynb", ""), "Bo_Li_777": (None, "no notebook"),
+        "smith_12345": ("smith_12345_67890_a1_measuring_calibration.ipynb", ""),
+        "lee_late_42": ("lee_late_42_99_submission_a1-1.ipynb", ""),
+    }
+
+
+def test_library_use_and_tampering_are_read_from_the_source():
+    """What calib.grading.static finds without running anything: each trick of issue 44."""
+    from calib.grading import static
+
+    def nb(*cells):
+        return {"cells": [{"cell_type": "code", "source": c} for c in cells]}
+
+    found = static.extract(nb(
+        "import sys\nimport builtins\nimport torch\nfrom calib import metrics as m, theory\n"
+        "from calib.posthoc import fit_temperature as ft\n%matplotlib inline",
+        "sys.setprofile(None)\ntorch.allclose = lambda *a, **k: True",
+        "def ece(p, y):\n    from concurrent.futures import ThreadPoolExecutor\n"
+        "    with ThreadPoolExecutor(1) as pool:\n        return pool.submit(m.ece, p, y).result()",
+        "def helper(z):\n    return ft(z, [0])\n\ndef fit(z):\n    return helper(z) * 2",
+        "def peak(g):\n    return theory.gradient_factor_peak(g)",
+        "def honest(p):\n    q = p.copy()\n    q[0] = 1\n    return abs(q).sum()",
+        "def sneaky(p):\n    builtins.abs = len\n    return p",
+        "def sneaky2(p):\n    torch.allclose = max\n    return p",
+        "def sneaky3(p):\n    return p.__class__.__subclasses__()",
+    ))
+    assert found.library["ece"] == ["calib.metrics:ece"]
+    assert found.library["fit"] == ["calib.posthoc:fit_temperature"]  # through its helper
+    assert found.library["peak"] == ["calib.theory:gradient_factor_peak"]
+    assert found.library["honest"] == [] and "honest" not in found.blocked
+    assert set(found.blocked) == {"sneaky", "sneaky2", "sneaky3"}, found.blocked
+    assert len(found.tampering) == 2, found.tampering  # setprofile and allclose, cell 2
+
+
+def test_the_grader_says_when_tests_are_missing(tmp_path):
+    (tmp_path / "autograder").mkdir()
+    with pytest.raises(FileNotFoundError, match="no tests/ folder"):
+        runner.Bundle.read(tmp_path)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -480,9 +600,17 @@ def test_student_notebook_follows_the_chapter_conventions(name):
     text = json.dumps(nb)
     # a file number such as 004, not the thousands of "3,000" (the book style test's rule)
     assert not re.search(r"(?<![\w.,])00[0-4](?![\w.])", text), "papers are named by author and year, not file number"
+    # plain Markdown: Colab shows MyST roles as raw text (the masters' citations are checked
+    # against references.bib by the build, which writes each one out)
+    markdown = "".join("".join(c["source"]) for c in nb["cells"] if c["cell_type"] == "markdown")
+    assert not re.search(r"\{(doc|cite[pt]?|bibliography)\}", markdown), "MyST roles in the student notebook"
+    master = "".join("".join(c["source"]) for c in _master_cells(name) if c["cell_type"] == "markdown")
+    if "{doc}" in master:
+        assert "](https://github.com/" in markdown, "the chapters are linked"
     keys = set(re.findall(r"@\w+\{([^,]+),", (ROOT / "book" / "references.bib").read_text()))
-    cited = {k.strip() for group in re.findall(r"\{cite[pt]?\}`([^`]+)`", text) for k in group.split(",")}
+    cited = {k.strip() for group in re.findall(r"\{cite[pt]?\}`([^`]+)`", master) for k in group.split(",")}
     assert cited <= keys, f"cited but not in references.bib: {sorted(cited - keys)}"
+    assert "et al., 20" in markdown or not cited
 
 
 @pytest.mark.parametrize("name", NAMES)

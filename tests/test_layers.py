@@ -22,7 +22,7 @@ LAYERS = {
     "calib.train": 6,
     "calib.experiments": 7,
     "calib.plots": 8,
-    "calib.cli": 9, "calib.__main__": 9, "calib.coursework": 9,
+    "calib.cli": 9, "calib.__main__": 9, "calib.coursework": 9, "calib.grading": 9,
 }
 
 

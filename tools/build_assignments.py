@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
+import posixpath
+import re
 import shutil
 import subprocess
 import sys
@@ -62,13 +64,85 @@ def autograder_zip(built: pathlib.Path) -> pathlib.Path:
 
 
 def student_notebook(built: pathlib.Path) -> dict:
-    """The built student notebook, with stable cell ids (otter draws random ones)."""
+    """The built student notebook, with stable cell ids (otter draws random ones).
+
+    Its Markdown is plain (:func:`plain_markdown`): Colab and Jupyter show MyST roles
+    as raw text.
+    """
     nb = json.loads((built / "student" / f"{built.name}.ipynb").read_text())
+    cited: dict[str, None] = {}
     for i, cell in enumerate(nb["cells"]):
         cell["id"] = f"{built.name[:2]}-{i:02d}"
         if cell["cell_type"] == "code":
             cell["outputs"], cell["execution_count"] = [], None
+        elif cell["cell_type"] == "markdown":
+            cell["source"] = plain_markdown("".join(cell["source"]), cited).splitlines(keepends=True)
     return nb
+
+
+def _bib() -> dict[str, dict[str, str]]:
+    """references.bib: key -> {field: value} (braces dropped)."""
+    entries = {}
+    text = (ROOT / "book" / "references.bib").read_text()
+    for key, body in re.findall(r"@\w+\{([^,\s]+),(.*?)\n\}", text, re.S):
+        fields = {k.lower(): re.sub(r"[{}]", "", v).strip()
+                  for k, v in re.findall(r"(\w+)\s*=\s*\{(.*?)\},?\s*$", body, re.M)}
+        entries[key.strip()] = fields
+    return entries
+
+
+def _authors(entry: dict[str, str]) -> str:
+    names = [a.split(",")[0].strip() for a in entry.get("author", "").split(" and ") if a.strip()]
+    if len(names) > 2:
+        return f"{names[0]} et al."
+    return " and ".join(names) or "Anonymous"
+
+
+def _chapter_link(target: str) -> str:
+    """``../../01_x`` (relative to book/coursework/<name>/) -> a Markdown link to the chapter."""
+    import sync_setup_cells
+
+    rel = posixpath.normpath(posixpath.join("book/coursework/name", target))
+    path = ROOT / f"{rel}.ipynb"
+    title = rel.rsplit("/", 1)[-1]
+    if path.is_file():
+        first = json.loads(path.read_text())["cells"][0]
+        heading = "".join(first["source"]).splitlines()[0]
+        title = heading.lstrip("# ").strip() or title
+    url = f"{sync_setup_cells.repository_url()}/blob/{sync_setup_cells.repository_branch()}/{rel}.ipynb"
+    return f"[{title}]({url})"
+
+
+def plain_markdown(text: str, cited: dict[str, None]) -> str:
+    """``text`` with MyST's ``{doc}`` and ``{cite}`` roles and the bibliography as plain Markdown.
+
+    A chapter becomes a link to its notebook in the book's repository; a citation
+    ``(Author et al., year)``; the ``{bibliography}`` block the list of the works cited so
+    far in the notebook (``cited`` collects them, in order).
+    """
+    bib = _bib()
+
+    def cite(match: re.Match) -> str:
+        keys = [k.strip() for k in match.group(1).split(",")]
+        cited.update(dict.fromkeys(keys))
+        return "(" + "; ".join(f"{_authors(bib.get(k, {}))}, {bib.get(k, {}).get('year', 'n.d.')}"
+                               for k in keys) + ")"
+
+    text = re.sub(r"\{doc\}`([^`]+)`", lambda m: _chapter_link(m.group(1)), text)
+    text = re.sub(r"\{cite[pt]?\}`([^`]+)`", cite, text)
+
+    def references(_: re.Match) -> str:
+        lines = []
+        for key in cited:
+            e = bib.get(key, {})
+            where = e.get("booktitle") or e.get("journal") or ""
+            link = e.get("url") or (f"https://doi.org/{e['doi']}" if e.get("doi") else "")
+            item = f"- {_authors(e)} ({e.get('year', 'n.d.')}). *{e.get('title', key)}*."
+            item += f" {where}." if where else ""
+            lines.append(item + (f" <{link}>" if link else ""))
+        return "\n".join(lines) or "(none cited)"
+
+    return re.sub(r"```\{bibliography\}.*?```", references, text, flags=re.S)
 
 
 def dumps(nb: dict) -> str:

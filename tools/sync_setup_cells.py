@@ -115,11 +115,11 @@ def assignment_setup_source(assignment: str, url: str | None = None, ref: str | 
                                      break_on_hyphens=False) + ",\n    "
     return (
         f"{MARKER} installs calib and otter-grader and downloads this\n"
-        "# assignment's public tests; elsewhere it does nothing.\n"
+        "# assignment's public tests; elsewhere it checks that they are here.\n"
+        "import os\n"
         "import sys\n"
         "\n"
         'if "google.colab" in sys.modules:\n'
-        "    import os\n"
         "    import subprocess\n"
         "    import urllib.request\n"
         "\n"
@@ -138,7 +138,14 @@ def assignment_setup_source(assignment: str, url: str | None = None, ref: str | 
         "        raise SystemExit(\n"
         '            f"Setup failed: {err} (any message from pip is above). "\n'
         '            "Check that this runtime is online, then run this cell again."\n'
-        "        ) from None"
+        "        ) from None\n"
+        'elif not os.path.isdir("tests"):\n'
+        "    print(\n"
+        '        "No tests/ folder beside this notebook, so its checks cannot run: "\n'
+        '        "put this assignment\'s tests/ folder beside it (from your instructor, "\n'
+        '        "or from the book\'s repository: book/coursework/"\n'
+        f'        "{assignment}/tests)."\n'
+        "    )"
     )
 
 
