@@ -49,6 +49,8 @@ MAX_MEAN, MAX_LONG_SHARE, MAX_PARENS, MAX_PARAGRAPH, LONG = 22.0, 0.08, 1.2, 180
 ENFORCED = [
     "book/glossary.md",
     "book/notation.md",
+    "book/02_overconfidence.ipynb",
+    "book/14_when_losses_help.ipynb",
     "book/conformance.ipynb",
     "book/evidence.ipynb",
     "book/quickstart.ipynb",
