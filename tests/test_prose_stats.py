@@ -43,6 +43,14 @@ def test_markup_is_not_prose():
     assert ps.stats(page).parens == 0
 
 
+def test_a_written_out_citation_reads_as_the_role_it_replaces():
+    page = ["As shown (Mukhoti et al., 2020) and (Lin et al., 2024; Guo et al., 2017), "
+            "Mukhoti et al. (2020) found it, but (this aside) stays an aside.\n"]
+    [(_, text)] = ps.blocks(page[0])
+    assert text.count("REF") == 3 and "(this aside)" in text
+    assert text.count("(") == 1  # only the aside counts
+
+
 def test_lists_and_admonitions_count_as_sentences_but_not_as_paragraphs():
     body = _words(200)
     page = [f"- {body}\n- item two has words enough here.\n\n"

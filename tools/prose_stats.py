@@ -108,6 +108,9 @@ def _inline(text: str) -> str:
     text = re.sub(r"\{[\w:-]+\}`[^`]*`", " REF ", text)  # cite, glue, doc, ref, numref, eq
     text = re.sub(r"`[^`\n]+`", " CODE ", text)
     text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", text)  # links and images: their text
+    # a citation written out for a plain-Markdown copy, "(Mukhoti et al., 2020)", reads as the
+    # {cite} role it replaces: one word, not an aside in parentheses
+    text = re.sub(r"\((?:(?:[A-Z][^()]*?,? )?(?:19|20)\d\d[a-z]?(?:; )?)+\)", " REF ", text)
     return text
 
 
