@@ -8,8 +8,9 @@ raises a one-line ``ValueError``/``TypeError`` naming the argument (NaN, inf, ne
 entries, rows not summing to 1, logits passed as probabilities, labels out of range,
 empty input).
 
-Notation (DESIGN.md section 5): confidence ``c_i = max_k p_ik``, prediction
-``yhat_i = argmax_k p_ik`` (the first of tied maxima), correctness ``pi_i = 1[yhat_i = y_i]``.
+Notation (the book's notation page; CONTRIBUTING.md, "Conventions every layer shares"):
+confidence ``c_i = max_k p_ik``, prediction ``yhat_i = argmax_k p_ik`` (the first of tied
+maxima), correctness ``pi_i = 1[yhat_i = y_i]``.
 
 Which calibration is measured
 -----------------------------

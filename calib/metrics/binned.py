@@ -57,8 +57,9 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     (Naeini et al. 2015; Guo et al. 2017; Mukhoti et al. (2020) section 2), with ``B_m`` the
     samples whose confidence ``c_i`` falls in bin ``m``. ``closed`` picks the bin
     convention (package docstring); ``validate=False`` skips the checks of the values.
-    Example (DESIGN.md section 5): confidences ``[.25, .3, .5, .6, 1, .9]``, correctness
-    ``[0, 1, 1, 0, 1, 0]``, 4 bins: 0.491667 with ``(lo, hi]`` and 0.241667 with ``[lo, hi)``.
+    Example (the parity numbers of CONTRIBUTING.md, "Conventions every layer shares"):
+    confidences ``[.25, .3, .5, .6, 1, .9]``, correctness ``[0, 1, 1, 0, 1, 0]``, 4 bins:
+    0.491667 with ``(lo, hi]`` and 0.241667 with ``[lo, hi)``.
     """
     n_bins, closed = check_n_bins(n_bins), check_closed(closed)
     c = checked(probs, labels, validate=validate)
