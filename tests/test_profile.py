@@ -54,3 +54,20 @@ def test_work_is_pick_except_in_smoke_mode(monkeypatch):
     assert profile.pick(quick=1, colab=2, paper=3) == 3  # choices of code path are unchanged
     monkeypatch.setenv("CALIB_FULL_WORK", "1")  # tools/estimate_runtimes.py times the full amounts
     assert profile.work(quick=1, colab=2, paper=3) == 3
+
+
+def test_glue_is_myst_nb_in_the_book_and_a_print_elsewhere(monkeypatch, capsys):
+    """Issue 43: the quickstart imported myst_nb, which the library's extras do not bring."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.ModuleType("myst_nb")
+    fake.glue = lambda name, value, display=True: calls.append((name, value, display))
+    monkeypatch.setitem(sys.modules, "myst_nb", fake)
+    profile.glue("key", 1.5, display=False)
+    assert calls == [("key", 1.5, False)] and capsys.readouterr().out == ""
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # not installed: import raises
+    monkeypatch.setitem(sys.modules, "IPython", None)  # a plain script
+    profile.glue("key", 2.5, display=False)
+    assert calls == [("key", 1.5, False)] and capsys.readouterr().out == "key: 2.5\n"
