@@ -35,6 +35,15 @@ $(STAMP): pyproject.toml constraints.txt
 
 setup: $(STAMP)
 
+# The API reference needs only the docs extra (jupyter-book and calib[all] for autodoc): its
+# own stamp, unless the whole environment above is installed already.
+API_STAMP := $(VENV)/.installed-docs
+$(API_STAMP): pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[docs]"
+	touch $(API_STAMP)
+
 # For readers and students: JupyterLab on book/ with the kernel of $(VENV) (never run by CI).
 # Jupyter refuses to start as root without --allow-root, and containers and Colab-like
 # images run as root: the flag is passed exactly when the user is root.
@@ -78,7 +87,7 @@ book-html: $(STAMP) fashion-mnist
 	@echo "book: open $(HTML)/index.html"
 
 # The API reference alone (book/api, autodoc over the docstrings, -W): seconds, no chapter runs.
-api: $(STAMP)
+api: $(if $(wildcard $(STAMP)),$(STAMP),$(API_STAMP))
 	rm -rf _build/api
 	$(BIN)/python tools/api_book.py _build/api-config
 	$(BIN)/jupyter-book build . --config _build/api-config/_config.yml --toc _build/api-config/_toc.yml \

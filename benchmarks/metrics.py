@@ -37,6 +37,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 from benchmarks._timing import header, row  # noqa: E402
 from calib import metrics  # noqa: E402
+from calib.metrics import binned  # noqa: E402
 
 N_BINS = 15
 # Wall time by default; ``--cpu-time`` times CPU seconds of this process (time.process_time),
@@ -128,6 +129,49 @@ def bench(n: int, k: int, device: str) -> dict[str, float]:
     return times
 
 
+def _every_entry_binned(probs: torch.Tensor, labels: torch.Tensor) -> float:
+    """``classwise_ece`` with every entry binned and added (the GPU's way, and the CPU's below
+    ``_SPARSE_CLASSES * n_bins`` classes): the baseline of the CPU's selective binning."""
+    saved, binned._SPARSE_CLASSES = binned._SPARSE_CLASSES, 10**9
+    try:
+        return metrics.classwise_ece(probs, labels, N_BINS)
+    finally:
+        binned._SPARSE_CLASSES = saved
+
+
+def classwise(device: str, n: int = 10**6, k: int = 100) -> None:
+    """Classwise ECE against the one-read floor ``probs.sum()`` and the top-label ECE (issue 43:
+    137x the floor at N = 10^6, K = 100 before; target <= 20x)."""
+    probs, labels = _data(n, k, device)
+    header(f"Classwise ECE on {device}: N = {n:,}, K = {k}, {N_BINS} bins")
+
+    def streamed() -> float:
+        metric = metrics.ClasswiseECE(N_BINS)
+        for part in range(0, n, 10**5):  # an evaluation loop's batches
+            metric.update(probs[part:part + 10**5], labels[part:part + 10**5])
+        return metric.compute()
+
+    floor = "floor: probs.sum()"
+    candidates = {
+        floor: lambda: probs.sum(),
+        FLOOR: lambda: probs.amax(1),
+        ECE_R: lambda: metrics.ece(probs, labels, N_BINS),
+        "calib classwise_ece": lambda: metrics.classwise_ece(probs, labels, N_BINS),
+        "calib ClasswiseECE (batches of 10^5)": streamed,
+        "classwise, every entry binned": lambda: _every_entry_binned(probs, labels),
+    }
+    times, values = _interleaved({name: _synced(fn, device) for name, fn in candidates.items()}, rounds=7)
+    print(f"{'':<44} {'time':>13} {'x floor':>9}   value")
+    for name, sec in times.items():
+        print(f"{row(name, sec, times[floor])}   {_value(values[name])}")
+    cw = times["calib classwise_ece"]
+    print(f"  classwise_ece / probs.sum():  {cw / times[floor]:6.1f}x  (target at K = 100: <= 20)")
+    print(f"  classwise_ece / probs.amax(1): {cw / times[FLOOR]:5.1f}x")
+    print(f"  classwise_ece / ECE:          {cw / times[ECE_R]:6.1f}x")
+    print(f"  every entry binned / classwise_ece: {times['classwise, every entry binned'] / cw:.2f}x; "
+          f"values differ by {abs(values['calib classwise_ece'] - values['classwise, every entry binned']):.1e}")
+
+
 def _loop_bootstrap(probs: torch.Tensor, labels: torch.Tensor, n_boot: int) -> float:
     """The baseline: one ``ece`` call per resample (what a Python loop over resamples costs)."""
     gen = torch.Generator(device=probs.device).manual_seed(0)
@@ -198,10 +242,17 @@ def main() -> None:
     if "--cpu-time" in sys.argv:
         clock = time.process_time
     devices = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    if "--classwise" in sys.argv:  # that section alone: --classwise [N]
+        rest = sys.argv[sys.argv.index("--classwise") + 1:]
+        n = int(float(rest[0])) if rest and not rest[0].startswith("--") else 10**6
+        for device in devices:
+            classwise(device, n)
+        return
     for device in devices:
         for n in (10**4, 10**6):
             for k in (10, 100):
                 bench(n, k, device)
+        classwise(device)
         repeated(device)
     first_fit()
 

@@ -432,6 +432,39 @@ def report(ok: bool | None, text: str) -> None:
     print(textwrap.fill(head + text, width=80, subsequent_indent=" " * 16))
 
 
+def glue(name: str, value: Any, display: bool = True, *, markdown: bool = False) -> None:
+    """``myst_nb.glue(name, value, display=display)`` inside the book; elsewhere show ``value``.
+
+    ``markdown=True`` glues a string as Markdown (for ``{glue:md}``), so a page needs no
+    import of IPython's ``Markdown``.
+
+    A page of the book (the quickstart) is also a user's script, run where myst_nb is not
+    installed (``torch-calib[posthoc,plots]`` alone): there nothing is glued, so the value is
+    shown where it is made, with IPython's ``display`` in a notebook, else printed as
+    ``name: value`` (save a figure with ``value.savefig(path)``).
+    """
+    try:
+        from myst_nb import glue as book_glue
+    except ImportError:  # not the book's environment
+        book_glue = None
+    if book_glue is not None:
+        if markdown:
+            from IPython.display import Markdown  # the book's environment has IPython
+
+            value = Markdown(str(value))
+        book_glue(name, value, display=display)
+        return
+    try:
+        from IPython import get_ipython
+        from IPython.display import display as show
+    except ImportError:
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        show(value)
+    else:
+        print(f"{name}: {value}")
+
+
 # ----------------------------------------------------------------------------- expected Colab time
 # Sustained throughput we assume for the book's CIFAR networks on a T4 with AMP: 1.5 TFLOP/s,
 # under a fifth of the card's 8.1 TFLOP/s FP32 peak (and ~2% of its 65 TFLOP/s FP16

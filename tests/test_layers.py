@@ -163,6 +163,14 @@ def test_the_circle_finder_sees_a_circle():
     assert "calib.train.trainer" not in _runtime_imports(ROOT / "train" / "progress.py")
 
 
+def test_progress_never_imports_the_trainer():
+    """Issue 43: train/progress.py and train/trainer.py imported each other (the monitor's type
+    hint, under ``if TYPE_CHECKING:``). The monitor declares what it reads (``progress.Run``)."""
+    source = (ROOT / "train" / "progress.py").read_text()
+    assert not [m for _, m in _imports_of(source, "calib.train.progress", False) if m == "calib.train.trainer"]
+    assert "calib.train.progress" in _runtime_imports(ROOT / "train" / "trainer.py")
+
+
 # Shared internals every layer may use: the input checks and the optional-dependency guard.
 SHARED_PRIVATE = {"calib._checks", "calib._optional"}
 

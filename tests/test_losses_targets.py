@@ -128,8 +128,12 @@ def test_batch_level_objectives_refuse_what_they_cannot_mean(name):
     fn = FUNCTIONS[name]
     with pytest.raises(ValueError, match="integer class labels"):
         fn(x, F.one_hot(y, 5).double())
-    with pytest.raises(ValueError, match="batch-level"):
+    with pytest.raises(ValueError, match="batch-level") as err:
         fn(x.view(12, 5, 1), y.view(12, 1))
+    # issue 43: the message said "(a batch-level objective is a batch-level objective)"
+    message = str(err.value)
+    assert "one value of the whole batch" in message and "flatten the positions into rows" in message
+    assert message.count("batch-level") == 1, message
     y[0] = -100
     with pytest.raises(ValueError, match="ignore_index"):
         fn(x, y)

@@ -227,6 +227,48 @@ def test_classwise_matches_per_class_loop():
     assert M.classwise_ece(p, y, 15, closed="left") == pytest.approx(want_left, abs=1e-12)
 
 
+@pytest.mark.parametrize("closed", ["right", "left"])
+def test_classwise_with_many_classes_matches_per_class_loop(closed):
+    """K = 80 > 4 x 15 bins: on the CPU only the entries above the first bin are binned (issue 43)."""
+    p, y = random_probs(1500, 80, 8)
+    assert 80 > calib.metrics.binned._SPARSE_CLASSES * 15
+    want = np.mean([M.bin_stats_from_confidence(p[:, k], y == k, 15, closed=closed).ece for k in range(80)])
+    assert M.classwise_ece(p, y, 15, closed=closed) == pytest.approx(want, abs=1e-12)
+    stream = M.ClasswiseECE(closed=closed)
+    for part in torch.arange(1500).split(400):
+        stream.update(p[part], y[part])
+    assert stream.compute() == pytest.approx(want, abs=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n_bins", [1, 2, 15])
+def test_classwise_sparse_and_dense_totals_agree(dtype, n_bins, monkeypatch):
+    """The two ways of summing each (class, bin) cell give the same hits and, up to float64
+    rounding, the same mass: on values exactly at every edge, at 0 and 1, outside [0, 1]
+    (``validate=False`` lets them through) and across blocks."""
+    binned = calib.metrics.binned
+    g = torch.Generator().manual_seed(n_bins)
+    edges = torch.linspace(0, 1, n_bins + 1, dtype=dtype)
+    p = torch.rand(300, 70, generator=g, dtype=dtype) ** 4
+    p.view(-1)[torch.randperm(p.numel(), generator=g)[: 4 * (n_bins + 1)]] = edges.repeat(4)
+    p[0, :3] = torch.tensor([-0.5, 1.0, 1.5], dtype=dtype)
+    y = torch.randint(0, 70, (300,), generator=g)
+    monkeypatch.setattr(binned, "_CPU_BLOCK", 7 * 70 + 3)  # blocks of 7 rows
+    for closed in ("right", "left"):
+        inner = edges[1:-1]
+        dense = torch.zeros(70 * n_bins, dtype=torch.float64)
+        sparse = torch.zeros(70 * n_bins, dtype=torch.float64)
+        binned._mass_dense(p, inner, closed == "left", dense)
+        binned._mass_sparse(p, inner, closed == "left", sparse)
+        torch.testing.assert_close(sparse, dense, rtol=0, atol=1e-12)
+        cells = torch.bucketize(p, inner, right=closed == "left") + torch.arange(70) * n_bins
+        counts = torch.bincount(cells.view(-1), minlength=70 * n_bins)
+        assert torch.equal(sparse.view(70, n_bins)[:, 1:] != 0, counts.view(70, n_bins)[:, 1:] > 0)
+        hits = binned._classwise_totals(p, y, n_bins, closed)[0]
+        label_cells = cells.gather(1, y[:, None]).squeeze(1)
+        assert torch.equal(hits, torch.bincount(label_cells, minlength=70 * n_bins).double())
+
+
 def test_classwise_chunking_does_not_change_result(monkeypatch):
     p, y = random_probs(1000, 5, 11)
     p64 = p.double()
@@ -554,7 +596,8 @@ GOOD_P, GOOD_Y = probs_from_confidence(CONF, CORRECT, k=4)
     [
         (GOOD_P.clone().index_fill_(0, torch.tensor([1]), float("nan")), GOOD_Y, ValueError, "NaN"),
         (GOOD_P.clone().index_fill_(0, torch.tensor([2]), float("inf")), GOOD_Y, ValueError, "NaN or inf"),
-        (GOOD_P[0], GOOD_Y, ValueError, "shape (N, K)"),
+        (GOOD_P[0], GOOD_Y, ValueError, "labels has 6 entries"),  # 1-D: a binary classifier's p
+        (torch.full((6,), 0.5), GOOD_Y, ValueError, "labels must lie in [0, 2)"),
         (GOOD_P[None], GOOD_Y, ValueError, "shape (N, K)"),
         (GOOD_P, GOOD_Y[:-1], ValueError, "labels has 5 entries"),
         (GOOD_P, GOOD_Y + 4, ValueError, "labels must lie in [0, 4)"),
@@ -575,6 +618,36 @@ def test_bad_input_raises_naming_argument(probs, labels, exc, words):
         with pytest.raises(exc) as info:
             fn(probs, labels)
         assert words in str(info.value), (fn.__name__, str(info.value))
+
+
+def test_binary_probabilities_mean_the_two_columns_as_in_the_streaming_metrics():
+    """Issue 43: ``ece`` refused the 1-D probabilities of class 1 that ``metrics.ECE`` takes.
+    Every function reads them as the streaming metrics do: the columns ``[1 - p, p]``."""
+    g = torch.Generator().manual_seed(3)
+    p = torch.rand(500, generator=g, dtype=torch.float64)
+    y = (torch.rand(500, generator=g, dtype=torch.float64) < p ** 2).long()
+    cols = M.binary_probs(p)
+    for fn in (M.ece, M.mce, M.adaece, M.classwise_ece, M.accuracy, M.nll, M.brier_score, M.sece,
+               M.sece_hard, M.smooth_ece, M.l2_ce, M.l2_ce_bias, M.summary, M.ece_sweep, M.brier_decomposition):
+        assert fn(p, y) == fn(cols, y), fn.__name__
+        assert fn(p.numpy(), y.numpy()) == fn(cols, y), fn.__name__
+    assert M.bin_stats(p, y).ece == M.bin_stats(cols, y).ece
+    assert torch.equal(M.sece_loss(p, y), M.sece_loss(cols, y))
+    for cls, fn, opts in ((M.ECE, M.ece, {}), (M.ECE, M.ece, {"closed": "left"}), (M.MCE, M.mce, {}),
+                          (M.AdaECE, M.adaece, {}), (M.ClasswiseECE, M.classwise_ece, {}), (M.NLL, M.nll, {}),
+                          (M.BrierScore, M.brier_score, {}), (M.SmoothECE, M.smooth_ece, {})):
+        metric = cls(**opts)
+        for part in torch.arange(500).split(128):
+            metric.update(p[part], y[part])
+        assert metric.compute() == pytest.approx(fn(p, y, **opts), abs=1e-12), cls.__name__
+    # the positive-class meaning (binary="positive") is the *_from_confidence functions'
+    positive = M.ECE(binary="positive")
+    positive.update(p, y)
+    assert positive.compute() == pytest.approx(M.bin_stats_from_confidence(p, y == 1).ece, abs=1e-12)
+    assert M.ece(p, y) != pytest.approx(M.bin_stats_from_confidence(p, y == 1).ece, abs=1e-6)
+    p_grad = p.clone().requires_grad_()
+    M.sece_loss(p_grad, y).backward()  # the training objective keeps the graph through the columns
+    assert p_grad.grad is not None and bool(torch.isfinite(p_grad.grad).all())
 
 
 @pytest.mark.parametrize("n_bins, exc", [(0, ValueError), (-3, ValueError), (2.5, TypeError), (True, TypeError)])

@@ -175,6 +175,14 @@ def test_ci_runs_the_readme_test_command():
     assert "make test" in readme and "make book" in readme
 
 
+def test_readme_says_how_to_install_without_the_cuda_build():
+    """Issue 43: a CPU-only user downloaded the CUDA build of torch."""
+    readme = (ROOT / "README.md").read_text()
+    assert "pip install torch --index-url https://download.pytorch.org/whl/cpu" in readme
+    assert "PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make book" in readme
+    assert "make test" in readme and "make book" in readme
+
+
 def test_make_lab_opens_the_notebooks_from_the_venv_and_ci_never_runs_it():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^lab: \$\(STAMP\)$", makefile, re.M) and "$(BIN)/jupyter lab" in makefile
@@ -241,6 +249,25 @@ def test_make_lab_starts_as_this_user_and_serves_the_book(tmp_path):
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(30)
+
+
+def test_make_api_installs_the_docs_extra_alone():
+    """Issue 43: `make api` installed the book's, the tests' and the coursework's environment
+    first. Its own stamp installs ``.[docs]``: jupyter-book and calib[all] for autodoc."""
+    extras = _project()["optional-dependencies"]
+    docs = _names(extras["docs"])
+    assert {"jupyter-book", "sphinx-mathjax-offline", "torch-calib"} <= docs
+    assert not docs & {"jupyterlab", "ipykernel", "pytest", "otter-grader", "nbval"}
+    assert [_norm(r) for r in extras["book"]][0] == "torch-calib[docs]"
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^\$\(API_STAMP\):.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe and '-e ".[docs]"' in recipe.group(1) and "book" not in recipe.group(1)
+    api = re.search(r"^api: (.*)$", makefile, re.M).group(1)
+    assert "$(API_STAMP)" in api and "$(wildcard $(STAMP))" in api  # the full env when it is there
+    out = subprocess.run(["make", "-n", "api", "VENV=" + str(ROOT / "_build" / "no-such-venv")], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert '-e ".[docs]"' in out.stdout and ".[book" not in out.stdout and "jupyter-book build" in out.stdout
 
 
 def test_make_api_builds_every_api_page_and_executes_nothing(tmp_path):

@@ -11,6 +11,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from calib import metrics as M  # noqa: E402
@@ -319,3 +320,52 @@ def test_no_consistency_band_for_sparse_bins():
     assert (stats.counts > 0).sum() > (stats.counts >= 10).sum()  # the fixture has sparse bins
     with pytest.raises(ValueError, match="min_count"):
         plots.reliability_diagrams({"a": (p, y)}, min_count=-1)
+
+
+LONG_NAMES = [
+    "focal loss (gamma = 3) after temperature scaling on CIFAR-10",
+    "BSCE-GRA, gamma = 4, beta = 2, trained with mixup for 350 epochs",
+    "a_single_token_name_without_any_space_to_break_it_at_all",
+    "dual focal loss with label smoothing and a long description",
+    "cross-entropy baseline, 200 epochs, batch 128, lr 0.1 stepped",
+    "MMCE-weighted, ResNet-110, the authors' code and their split",
+]
+
+
+def _title_boxes(fig: Figure) -> list:
+    canvas = FigureCanvasAgg(fig)  # the figures are built without pyplot: Agg drawn here
+    canvas.draw()
+    renderer = canvas.get_renderer()
+    return [ax.title.get_window_extent(renderer) for ax in fig.axes if ax.get_visible() and ax.get_title()]
+
+
+def _inside_and_apart(fig: Figure, expected: int) -> None:
+    boxes = _title_boxes(fig)
+    assert len(boxes) == expected
+    frame = fig.bbox
+    for box in boxes:
+        assert frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1, (box, frame)
+    for i, a in enumerate(boxes):
+        for b in boxes[i + 1:]:
+            assert not a.overlaps(b), (a, b)
+
+
+@pytest.mark.parametrize("n", range(1, 7))
+def test_long_titles_stay_inside_the_figure_and_apart(preds, n):
+    """Issue 43: a 55-character title was clipped on the right in one panel, and ran into its
+    neighbour and off the left edge in six. Long names are wrapped to the panel's width."""
+    assert min(len(name) for name in LONG_NAMES) >= 55
+    probs, labels = preds
+    fig = plots.reliability_diagrams({name: (probs, labels) for name in LONG_NAMES[:n]})
+    _inside_and_apart(fig, n)
+    narrow = plots.reliability_diagrams({name: (probs, labels) for name in LONG_NAMES[:n]}, width=4.0)
+    _inside_and_apart(narrow, n)
+
+
+def test_a_long_title_stays_inside_a_single_diagram(preds):
+    probs, labels = preds
+    _inside_and_apart(reliability_diagram(probs, labels, title=LONG_NAMES[0]), 1)
+    _inside_and_apart(reliability_diagram(probs, labels, title=LONG_NAMES[2]), 1)
+    _inside_and_apart(plot_bin_stats(M.bin_stats(probs, labels), title=LONG_NAMES[1]), 1)
+    _inside_and_apart(confidence_histogram(probs, labels, title=LONG_NAMES[3]), 1)
+    _inside_and_apart(ece_vs_bins({"a": (probs, labels)}, title=LONG_NAMES[4]), 1)

@@ -346,6 +346,33 @@ def test_separable_data_warn():
         MatrixScaling(0.1, 0.1).fit(g, y)  # penalised: a finite optimum
 
 
+def test_separation_by_the_fitted_map_is_told_from_a_perfect_model():
+    """Issue 43: a model right on 3 samples in 4 whose errors an affine map of the logits
+    corrects; the warning named every prediction correct. The map separates the data."""
+    a = torch.tensor([0.5, 0.6, 0.7, 1.5] * 10, dtype=torch.float64)
+    g, y = torch.stack([a, torch.zeros_like(a)], dim=1), (a > 1).long()
+    assert float(g.argmax(1).eq(y).double().mean()) == 0.75
+    for cal in (MatrixScaling(), VectorScaling(), DirichletCalibration()):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            cal.fit(g, y)
+        messages = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
+        assert len(messages) == 1, (type(cal).__name__, messages)
+        assert "the fitted map classifies every validation sample correctly" in messages[0]
+        assert "the model's own accuracy is 0.75" in messages[0] and "separates the validation data" in messages[0]
+        assert "every validation prediction is correct" not in messages[0]
+        assert torch.equal(cal.predict_proba(g).argmax(1), y)
+    # the model itself right everywhere: said as such
+    perfect = torch.stack([a - 1, torch.zeros_like(a)], dim=1) * torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    assert bool(perfect.argmax(1).eq(y).all())
+    with pytest.warns(RuntimeWarning, match="every validation prediction is correct") as caught:
+        MatrixScaling().fit(perfect, y)
+    assert not any("fitted map" in str(w.message) for w in caught)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        MatrixScaling(0.1, 0.1).fit(g, y)  # penalised: a finite optimum, no warning
+
+
 def test_bad_hyper_parameters():
     with pytest.raises(ValueError, match="off_diagonal"):
         MatrixScaling(off_diagonal=-1.0)

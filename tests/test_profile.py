@@ -136,3 +136,20 @@ def test_a_new_procedure_leaves_the_old_records_out(tmp_path, monkeypatch):
     assert (r.k, r.n) == (1, 1)
     with pytest.raises(ValueError, match="procedure"):
         profile.describe("ch", procedure=0)
+
+
+def test_glue_is_myst_nb_in_the_book_and_a_print_elsewhere(monkeypatch, capsys):
+    """Issue 43: the quickstart imported myst_nb, which the library's extras do not bring."""
+    import sys
+    import types
+
+    calls = []
+    fake = types.ModuleType("myst_nb")
+    fake.glue = lambda name, value, display=True: calls.append((name, value, display))
+    monkeypatch.setitem(sys.modules, "myst_nb", fake)
+    profile.glue("key", 1.5, display=False)
+    assert calls == [("key", 1.5, False)] and capsys.readouterr().out == ""
+    monkeypatch.setitem(sys.modules, "myst_nb", None)  # not installed: import raises
+    monkeypatch.setitem(sys.modules, "IPython", None)  # a plain script
+    profile.glue("key", 2.5, display=False)
+    assert calls == [("key", 1.5, False)] and capsys.readouterr().out == "key: 2.5\n"

@@ -83,8 +83,12 @@ def prepare(logits: ArrayLike, targets: ArrayLike, reduction: str, ignore_index:
     probability targets / extra dimensions with one line naming the loss."""
     _check_reduction(reduction)
     g = as_tensor(logits, "logits")
-    if g.ndim < 2 or (g.ndim > 2 and not spatial):
-        want = "(N, K) or (N, K, d1, ...)" if spatial else f"(N, K) ({name} is a batch-level objective)"
+    if g.ndim > 2 and not spatial:
+        raise ValueError(f"logits must have shape (N, K), got shape {tuple(g.shape)}: {name} is one value of "
+                         "the whole batch, with no value per position; flatten the positions into rows "
+                         "(logits (N*d1*..., K), targets (N*d1*...,)) to take it over all of them")
+    if g.ndim < 2:
+        want = "(N, K) or (N, K, d1, ...)" if spatial else "(N, K)"
         raise ValueError(f"logits must have shape {want}, got shape {tuple(g.shape)}")
     x = _rows(g)
     check_logits(x, "logits", refuse_probs=True, per_step=True)  # values only where cheap

@@ -26,7 +26,8 @@ def _batch_rows(logits: ArrayLike, targets: ArrayLike, reduction: str) -> tuple[
     targets or to positions of a segmentation map, and a row labelled ``ignore_index``
     cannot just count 0 in it: these are refused (the last one where values are read).
     """
-    rows = prepare(logits, targets, reduction, soft=False, spatial=False, name="a batch-level objective")
+    rows = prepare(logits, targets, reduction, soft=False, spatial=False,
+                   name="a batch-level objective (mmce, dece, sece)")
     if rows.keep is not None and reads_values(rows.keep) and not bool(rows.keep.all()):
         raise ValueError("a batch-level objective (mmce, dece, sece) takes no rows labelled "
                          "ignore_index: drop them before the call")

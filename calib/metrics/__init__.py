@@ -2,14 +2,19 @@
 
 Inputs everywhere: ``probs`` of shape ``(N, K)`` (torch tensor or numpy array, rows on
 the simplex) and integer ``labels`` of shape ``(N,)``, on CPU or a GPU (the computation
-runs where the inputs are). Results are Python floats, except :func:`sece_loss` and
+runs where the inputs are). A binary classifier may pass ``probs`` of shape ``(N,)``, the
+probability of class 1 with labels in {0, 1}: it stands for the columns ``[1 - p, p]``
+(:func:`binary_probs`), as in the streaming metrics, so :func:`ece` is then the top-label
+ECE; the calibration of ``p`` itself against ``1[y = 1]`` is
+``bin_stats_from_confidence(p, y == 1).ece``. Results are Python floats, except :func:`sece_loss` and
 :func:`soft_accuracy`, which return differentiable tensors for training. Bad input
 raises a one-line ``ValueError``/``TypeError`` naming the argument (NaN, inf, negative
 entries, rows not summing to 1, logits passed as probabilities, labels out of range,
 empty input).
 
-Notation (DESIGN.md section 5): confidence ``c_i = max_k p_ik``, prediction
-``yhat_i = argmax_k p_ik`` (the first of tied maxima), correctness ``pi_i = 1[yhat_i = y_i]``.
+Notation (the book's notation page; CONTRIBUTING.md, "Conventions every layer shares"):
+confidence ``c_i = max_k p_ik``, prediction ``yhat_i = argmax_k p_ik`` (the first of tied
+maxima), correctness ``pi_i = 1[yhat_i = y_i]``.
 
 Which calibration is measured
 -----------------------------

@@ -61,15 +61,21 @@ class Checked:
         self.result(self.p.new_zeros(0))
 
 
-def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs", *, validate: bool = True) -> Checked:
+def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs", *, validate: bool = True,
+            top_label: bool = True) -> Checked:
     """Check the type and shape of ``probs``/``labels``, find the top label, queue the value checks.
 
     The contract: a real ``(N, K)`` array, N >= 1, K >= 2, finite, entries in [0, 1]
     (1e-6 slack), rows summing to 1 within :func:`calib._checks.row_sum_tolerance`;
-    integer labels in ``[0, K)``. ``validate=False`` skips the value checks (three passes
-    over the data) for inputs known to be valid.
+    integer labels in ``[0, K)``. A 1-D ``(N,)`` array is the probability of class 1 of a
+    binary classifier, standing for the two columns ``[1 - p, p]`` (:func:`two_columns`),
+    with labels in {0, 1}: what :mod:`calib.metrics.streaming`'s metrics take by default. ``validate=False`` skips the value checks (three passes
+    over the data) for inputs known to be valid; ``top_label=False`` skips finding the top
+    label (one more pass; ``conf`` and ``correct`` are then empty) for a metric without it.
     """
     p = as_tensor(probs, name)
+    if p.ndim == 1:  # a binary classifier's positive-class probability (the streaming metrics' binary input)
+        p = two_columns(p)
     tol = row_sum_tolerance(p.dtype)
     if not p.is_floating_point():
         p = p.to(torch.get_default_dtype())
@@ -79,16 +85,22 @@ def checked(probs: ArrayLike, labels: ArrayLike, name: str = "probs", *, validat
     p = p.detach().contiguous()  # row reductions read rows; a column-major array is copied once
     y = label_tensor(labels, p.shape[0], "labels").to(p.device)
     if not validate:
-        conf, pred = p.max(dim=1)  # the top label: value and (first) index in one read
-        return Checked(p, y, conf, pred.eq(y))
+        return Checked(p, y, *_top_label(p, y, top_label))
     k = p.shape[1]
     # NaN and inf show in the row sums; a matrix-vector product sums short rows ~5x faster
     # than sum(dim=1) on CPU.
     sums = p @ p.new_ones(k)
     stats = torch.cat([torch.stack([*sums.aminmax(), *p.aminmax()]).double(), torch.stack([*y.aminmax()]).double()])
     y = y.clamp(0, k - 1)  # until the verdict is read, never index with a bad label
-    conf, pred = p.max(dim=1)
-    return Checked(p, y, conf, pred.eq(y), stats, name, tol)
+    return Checked(p, y, *_top_label(p, y, top_label), stats, name, tol)
+
+
+def _top_label(p: Tensor, y: Tensor, wanted: bool) -> tuple[Tensor, Tensor]:
+    """Confidence and correctness of the top label (empty when not ``wanted``)."""
+    if not wanted:
+        return p.new_empty(0), y.new_empty(0, dtype=torch.bool)
+    conf, pred = p.max(dim=1)  # the top label: value and (first) index in one read
+    return conf, pred.eq(y)
 
 
 def checked_confidence(confidence: ArrayLike, correct: ArrayLike, *,
@@ -148,6 +160,19 @@ def check_n_bins(n_bins: int, name: str = "n_bins", cells: int = 1) -> int:
 
 
 def width(probs: ArrayLike) -> int:
-    """K of an (N, K) input, 1 when the shape is not (yet) known to be 2-D."""
+    """K of an (N, K) input, 2 of a binary (N,) one, 1 when the shape is not (yet) known."""
     shape = getattr(probs, "shape", None)
+    if shape is not None and len(shape) == 1:
+        return 2
     return int(shape[1]) if shape is not None and len(shape) == 2 and shape[1] > 0 else 1
+
+
+def two_columns(p: Tensor) -> Tensor:
+    """``(N, 2)`` ``[1 - p, p]`` of the positive-class probabilities ``p`` ``(N,)`` (detached;
+    integers to the default float, half precision to float32)."""
+    if not p.is_floating_point():
+        p = p.to(torch.get_default_dtype())
+    elif p.dtype in (torch.float16, torch.bfloat16):
+        p = p.float()
+    p = p.detach()
+    return torch.stack([1 - p, p], dim=1)

@@ -19,8 +19,13 @@ from ._inputs import check_closed, check_n_bins, checked, checked_confidence, wi
 Tensor = torch.Tensor
 Closed = Literal["right", "left"]
 
-# Entries of (N, K) binned at once by classwise ECE (bounds the memory of its temporaries).
+# Entries of (N, K) binned at once by classwise ECE (bounds the memory of its temporaries);
+# on the CPU at most _CPU_BLOCK, so a block's temporaries stay in the cache.
 _BLOCK = 1 << 22
+_CPU_BLOCK = 1 << 16
+# Classwise ECE bins only the entries above the first bin on the CPU when K exceeds this
+# many times n_bins (measured: it pays from about K = 50 at 15 bins; benchmarks/metrics.py).
+_SPARSE_CLASSES = 4
 
 
 def bin_index(x: Tensor, n_bins: int, closed: Closed = "right") -> Tensor:
@@ -57,8 +62,9 @@ def ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, closed: Closed
     (Naeini et al. 2015; Guo et al. 2017; Mukhoti et al. (2020) section 2), with ``B_m`` the
     samples whose confidence ``c_i`` falls in bin ``m``. ``closed`` picks the bin
     convention (package docstring); ``validate=False`` skips the checks of the values.
-    Example (DESIGN.md section 5): confidences ``[.25, .3, .5, .6, 1, .9]``, correctness
-    ``[0, 1, 1, 0, 1, 0]``, 4 bins: 0.491667 with ``(lo, hi]`` and 0.241667 with ``[lo, hi)``.
+    Example (the parity numbers of CONTRIBUTING.md, "Conventions every layer shares"):
+    confidences ``[.25, .3, .5, .6, 1, .9]``, correctness ``[0, 1, 1, 0, 1, 0]``, 4 bins:
+    0.491667 with ``(lo, hi]`` and 0.241667 with ``[lo, hi)``.
     """
     n_bins, closed = check_n_bins(n_bins), check_closed(closed)
     c = checked(probs, labels, validate=validate)
@@ -92,7 +98,7 @@ def _adaptive_edges(conf: Tensor, n_bins: int) -> Tensor:
 
 
 def _adaece_of(conf: Tensor, correct: Tensor, n_bins: int) -> Tensor:
-    bins = torch.bucketize(conf, _adaptive_edges(conf, n_bins)[1:-1])  # (lo, hi] bins
+    bins = torch.bucketize(conf.contiguous(), _adaptive_edges(conf, n_bins)[1:-1])  # (lo, hi] bins
     _, hits, conf_sum = bin_totals(bins, n_bins, correct, conf)
     return (hits - conf_sum).abs().sum() / conf.numel()
 
@@ -129,15 +135,64 @@ def adaece_from_confidence(confidence: ArrayLike, correct: ArrayLike, n_bins: in
 
 
 def _classwise_of(p: Tensor, y: Tensor, n_bins: int, closed: str) -> Tensor:
-    """``(1/(N K)) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)|``, a block of rows at a time."""
-    n, k = p.shape
-    classes = torch.arange(k, device=p.device)
-    totals = torch.zeros(3, k * n_bins, dtype=torch.float64, device=p.device)
-    for block, labels in zip(p.split(max(1, _BLOCK // k)), y.split(max(1, _BLOCK // k))):
-        cells = bin_index(block, n_bins, closed) + classes * n_bins  # (class k, bin m) is cell k M + m
-        totals += bin_totals(cells.view(-1), k * n_bins, labels[:, None].eq(classes).view(-1), block.reshape(-1))
-    _, hits, p_sum = totals
-    return (hits - p_sum).abs().sum() / (n * k)
+    """``(1/(N K)) sum_k sum_m |sum_{i in B_km} (1[y_i = k] - p_ik)|`` from :func:`_classwise_totals`."""
+    hits, p_sum = _classwise_totals(p, y, n_bins, closed)
+    return (hits - p_sum).abs().sum() / p.numel()
+
+
+def _classwise_totals(p: Tensor, y: Tensor, n_bins: int, closed: str) -> Tensor:
+    """``(2, K n_bins)`` float64: per (class ``k``, bin ``m``) cell ``k n_bins + m`` the hits
+    ``sum_{i in B_km} 1[y_i = k]`` and the mass ``sum_{i in B_km} p_ik`` of classwise ECE.
+
+    The hits touch one entry a row (the label's), so they cost O(N); the mass reads all
+    N K entries (:func:`_mass_dense`, or :func:`_mass_sparse` on the CPU for many classes).
+    """
+    k = p.shape[1]
+    inner = torch.linspace(0, 1, n_bins + 1, dtype=p.dtype, device=p.device)[1:-1]
+    right = closed == "left"
+    label_p = p.gather(1, y[:, None]).squeeze(1)
+    totals = torch.zeros(2, k * n_bins, dtype=torch.float64, device=p.device)
+    totals[0].index_add_(0, torch.bucketize(label_p, inner, right=right) + y * n_bins,
+                         torch.ones_like(label_p, dtype=torch.float64))
+    sparse = p.device.type == "cpu" and k > _SPARSE_CLASSES * n_bins
+    (_mass_sparse if sparse else _mass_dense)(p, inner, right, totals[1])
+    return totals
+
+
+def _mass_dense(p: Tensor, inner: Tensor, right: bool, mass: Tensor) -> None:
+    """Add every entry ``p_ik`` to its cell of ``mass`` (K n_bins,), a block of rows at a time."""
+    k, n_bins = p.shape[1], inner.numel() + 1
+    offsets = torch.arange(k, device=p.device) * n_bins
+    rows = max(1, (_BLOCK if p.device.type != "cpu" else min(_BLOCK, _CPU_BLOCK)) // k)
+    for block in p.split(rows):
+        mass.index_add_(0, (torch.bucketize(block, inner, right=right) + offsets).view(-1), block.reshape(-1).double())
+
+
+def _mass_sparse(p: Tensor, inner: Tensor, right: bool, mass: Tensor) -> None:
+    """:func:`_mass_dense` with the binning only where it is needed.
+
+    The column sums (float64) give each class's total; only the entries above the first
+    bin's upper edge are binned and added to their cells, and the first bin takes what
+    they leave of the total. A row on the simplex holds at most ``n_bins`` such entries,
+    so the binning work does not grow with K (any other row is still right, only slower);
+    what remains per entry is one read for the sums and one for the selection, in
+    cache-sized blocks. Selecting reads the number of entries on the host (a sync on a
+    GPU), hence the CPU only. The first bin's mass differs from :func:`_mass_dense`'s by
+    rounding alone (float64).
+    """
+    k, n_bins = p.shape[1], inner.numel() + 1
+    offsets = torch.arange(k, device=p.device) * n_bins
+    column = torch.zeros(k, dtype=torch.float64, device=p.device)
+    for block in p.split(max(1, min(_BLOCK, _CPU_BLOCK) // k)):
+        column += block.sum(0, dtype=torch.float64)
+        if n_bins > 1:
+            flat = block.reshape(-1)
+            idx = (flat >= inner[0] if right else flat > inner[0]).nonzero().squeeze(1)
+            value = flat.index_select(0, idx)
+            cells = torch.bucketize(value, inner, right=right) + offsets.index_select(0, idx % k)
+            mass.index_add_(0, cells, value.double())
+    grid = mass.view(k, n_bins)
+    grid[:, 0] = column - grid[:, 1:].sum(1)
 
 
 @torch.no_grad()
@@ -152,7 +207,7 @@ def classwise_ece(probs: ArrayLike, labels: ArrayLike, n_bins: int = 15, *, clos
     ``probs``, so classes absent from ``labels`` still count.
     """
     n_bins, closed = check_n_bins(n_bins, cells=width(probs)), check_closed(closed)
-    c = checked(probs, labels, validate=validate)
+    c = checked(probs, labels, validate=validate, top_label=False)
     return c.result(_classwise_of(c.p, c.y, n_bins, closed))[0]
 
 

@@ -57,8 +57,8 @@ def nll(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
 def brier_score(probs: ArrayLike, labels: ArrayLike, *, validate: bool = True) -> float:
     """Brier score ``(1/N) sum_i sum_k (p_ik - y_ik)^2`` with one-hot ``y`` (Brier 1950).
 
-    Summed over classes and averaged over samples (DESIGN.md section 5), so it lies in
-    [0, 2]. Lin et al. (2024) Eq. (12) splits its expectation into ``||p - eta||^2`` plus
+    Summed over classes and averaged over samples (Brier's original multi-class form), so
+    it lies in [0, 2]. Lin et al. (2024) Eq. (12) splits its expectation into ``||p - eta||^2`` plus
     a term fixed by the true posterior ``eta``.
     """
     c = checked(probs, labels, validate=validate)

@@ -37,8 +37,10 @@ def _differentiable(probs: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor
     """``(p, y)`` for a training objective: ``p`` keeps the caller's graph; values are checked
     only where that costs no GPU sync (:func:`calib._checks.reads_values`)."""
     p = as_tensor(probs, "probs")
+    if p.ndim == 1 and p.is_floating_point():  # binary: the columns [1 - p, p], as checked() reads them
+        p = torch.stack([1 - p, p], dim=1)
     if p.is_floating_point() and _checks.reads_values(p):
-        checked(probs, labels).verify()  # every value check, on the detached input
+        checked(p, labels).verify()  # every value check, on the detached input
     else:
         _checks._shape_only(p, "probs")
     if not p.is_floating_point():

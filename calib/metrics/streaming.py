@@ -60,8 +60,8 @@ import torch
 import torch.distributed as dist
 
 from .._checks import ArrayLike, as_tensor, check_positive, label_tensor
-from ._inputs import check_closed, check_n_bins, checked
-from .binned import Closed, adaece_from_confidence, bin_index, bin_totals
+from ._inputs import check_closed, check_n_bins, checked, two_columns
+from .binned import Closed, adaece_from_confidence, bin_index, bin_totals, _classwise_totals
 from .debiased import Mode, l2_ce
 from .scores import NLL_EPS
 from .smooth import sece, sece_hard, smooth_ece_from_confidence
@@ -69,8 +69,6 @@ from .smooth import sece, sece_hard, smooth_ece_from_confidence
 Tensor = torch.Tensor
 Binary = Literal["top_label", "positive"]
 _BINARY = ("top_label", "positive")
-# Entries of (N, K) binned at once by ClasswiseECE (bounds its temporaries' memory).
-_BLOCK = 1 << 22
 
 
 def binary_probs(p: ArrayLike, *, from_logits: bool = False) -> Tensor:
@@ -87,12 +85,7 @@ def binary_probs(p: ArrayLike, *, from_logits: bool = False) -> Tensor:
     if from_logits:
         z = t.detach().double()
         return torch.stack([torch.sigmoid(-z), torch.sigmoid(z)], dim=1)
-    if not t.is_floating_point():
-        t = t.to(torch.get_default_dtype())
-    elif t.dtype in (torch.float16, torch.bfloat16):
-        t = t.float()
-    t = t.detach()
-    return torch.stack([1 - t, t], dim=1)
+    return two_columns(t)  # what every metric function makes of 1-D probabilities
 
 
 @dataclass(frozen=True)
@@ -187,6 +180,8 @@ class StreamingMetric:
     """
 
     _binary: str = "top_label"
+    #: Whether the metric reads the top label (``_Batch.conf``, ``correct``); a pass over the batch.
+    _top_label = True
 
     def __init__(self, *, from_logits: bool = False, validate: bool = True,
                  distributed: bool = True, process_group: Any = None) -> None:
@@ -230,7 +225,7 @@ class StreamingMetric:
             p = torch.softmax(t.detach().double(), dim=-1) if t.ndim == 2 else t
         else:
             p = t
-        c = checked(p, labels, name, validate=self.validate)
+        c = checked(p, labels, name, validate=self.validate, top_label=self._top_label)
         if self.validate:
             c.verify()
         if self._binary == "top_label":
@@ -321,7 +316,9 @@ class _SampleMetric(StreamingMetric):
             else:
                 rows, is_double = gathered
                 dtype = torch.float64 if is_double else torch.float32
-                values, targets = rows[:, :-1].to(dtype), rows[:, -1]
+                # columns of the gathered rows are strided views: copied, so the metric gets
+                # contiguous tensors (torch.bucketize warned on every rank otherwise)
+                values, targets = rows[:, :-1].to(dtype).contiguous(), rows[:, -1].contiguous()
                 if self._rows:  # probability rows and integer labels
                     targets = targets.long()
                 else:  # forecasts and 0/1 outcomes
@@ -425,24 +422,18 @@ class ClasswiseECE(_SumMetric):
     et al. 2019), from the totals of every (class, bin) cell. ``K`` is the width of the
     first batch; a later batch of another width raises ``ValueError``."""
 
+    _top_label = False
+
     def __init__(self, n_bins: int = 15, *, closed: Closed = "right", **options: Any) -> None:
         self.n_bins, self.closed = check_n_bins(n_bins), check_closed(closed)
         super().__init__(**options)
 
     def _stats(self, batch: _Batch) -> Tensor:
-        p, y = batch.p, batch.y
-        k = p.shape[1]
-        check_n_bins(self.n_bins, cells=k)
-        classes = torch.arange(k, device=p.device)
-        totals = torch.zeros(3, k * self.n_bins, dtype=torch.float64, device=p.device)
-        for block, labels in zip(p.split(max(1, _BLOCK // k)), y.split(max(1, _BLOCK // k))):
-            cells = bin_index(block, self.n_bins, self.closed) + classes * self.n_bins
-            hits = labels[:, None].eq(classes).view(-1)
-            totals += bin_totals(cells.view(-1), k * self.n_bins, hits, block.reshape(-1))
-        return totals
+        check_n_bins(self.n_bins, cells=batch.p.shape[1])
+        return _classwise_totals(batch.p, batch.y, self.n_bins, self.closed)
 
     def _value(self, n: Tensor, stats: Tensor) -> Tensor:
-        _, hits, p_sum = stats.view(3, -1)
+        hits, p_sum = stats.view(2, -1)
         k = hits.numel() // self.n_bins
         return (hits - p_sum).abs().sum() / (n * k)
 

@@ -17,6 +17,7 @@ calibrated model with the same confidences would fall (Bröcker & Smith 2007), a
 """
 from __future__ import annotations
 
+import textwrap
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -221,6 +222,30 @@ def _draw_share(hist: Axes, stats: BinStats, legend: bool) -> None:
         hist.legend(loc="upper left", fontsize=_FONT, frameon=False)
 
 
+# Width of an average character of the book's sans-serif font, in ems (DejaVu Sans runs
+# 0.55-0.65 em for mixed text; the upper end, so a wrapped line never outgrows its panel).
+_CHAR_EM = 0.65
+
+
+def _wrap(text: str, inches: float, fontsize: float) -> str:
+    """``text`` with each line wrapped to fit ``inches`` at ``fontsize`` points (words kept
+    whole where they fit; a longer token is split)."""
+    chars = max(8, int(inches * 72 / (_CHAR_EM * fontsize)))
+    return "\n".join(textwrap.fill(line, chars) if line else line for line in text.split("\n"))
+
+
+def _axes_inches(ax: Axes, share: float = 0.85) -> float:
+    """About the width of ``ax`` in inches once laid out (a share of its present width: the
+    layout takes room for tick labels and legends)."""
+    return share * ax.get_position().width * ax.figure.get_figwidth()
+
+
+def _set_title(ax: Axes, text: str, fontsize: float, inches: float | None = None) -> None:
+    """``ax``'s title, long lines wrapped to the panel's width (issue 43: clipped at the edge
+    of the figure, or running into the next panel's)."""
+    ax.set_title(_wrap(text, _axes_inches(ax) if inches is None else inches, fontsize), fontsize=fontsize)
+
+
 def _title(stats: BinStats, title: str | None, mce: bool = True, narrow: bool = False) -> str:
     """``name``, then the ECE (and MCE: on its own line in a narrow panel)."""
     head = f"{title}\n" if title else ""
@@ -256,7 +281,7 @@ def _diagram(stats: BinStats, ax: Axes | None, title: str | None, intervals: tup
         _draw_intervals(ax, stats, *intervals[:3], **intervals[3])
     ax.legend(loc="upper left", fontsize=_FONT, frameon=False)
     ax.set_ylabel("accuracy", fontsize=_FONT)
-    ax.set_title(_title(stats, title, mce), fontsize=_FONT + 1)
+    _set_title(ax, _title(stats, title, mce), _FONT + 1)
     ax.tick_params(labelbottom=False, labelsize=_FONT)
     _draw_share(hist, stats, legend=True)
     hist.set_ylabel("share", fontsize=_FONT)
@@ -308,7 +333,7 @@ def reliability_diagrams(
         top, hist = axes[2 * (j // cols), j % cols], axes[2 * (j // cols) + 1, j % cols]
         _draw_bars(top, stats)
         _draw_intervals(top, stats, pair[0], pair[1], bands, min_count, **kw)
-        top.set_title(_title(stats, name, mce, narrow), fontsize=_FONT)
+        _set_title(top, _title(stats, name, mce, narrow), _FONT, float(width) / cols - 0.5)
         top.tick_params(labelbottom=False, labelsize=_FONT)
         _draw_share(hist, stats, legend=False)
         if j % cols == 0:
@@ -380,7 +405,7 @@ def confidence_histogram(
     ax.set(xlim=(0, 1), xlabel="confidence", ylabel="samples")
     ax.legend(loc="upper left", fontsize=_FONT, frameon=False)
     if title:
-        ax.set_title(title, fontsize=_FONT + 1)
+        _set_title(ax, title, _FONT + 1)
     return fig
 
 
@@ -421,5 +446,5 @@ def ece_vs_bins(
     ax.tick_params(labelsize=_FONT)
     ax.legend(fontsize=_FONT, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     if title:
-        ax.set_title(title, fontsize=_FONT + 1)
+        _set_title(ax, title, _FONT + 1)
     return fig

@@ -54,6 +54,30 @@ _RIDGE = 1e-8
 _FLAT = 1e-12
 
 
+def _warn_if_separated(who: str, model_right: Tensor, map_right: Tensor) -> None:
+    """Warn when an affine map of the features classifies every validation sample correctly.
+
+    Such a map separates the data: scaling it up drives the unpenalised NLL towards 0, so
+    there is no finite minimiser and the fitted weights are wherever the optimiser stopped.
+    The model's own predictions (the identity map, one member of the family) may do it, or
+    only the fitted map may, from a model far from perfect; the message says which.
+    """
+    if bool(model_right.all()):
+        why = "every validation prediction is correct"
+    elif bool(map_right.all()):
+        why = (f"the fitted map classifies every validation sample correctly (the model's own accuracy is "
+               f"{float(model_right.double().mean()):.3g}): it separates the validation data")
+    else:
+        return
+    warnings.warn(
+        f"{why}, so {who}'s NLL falls towards 0 as its weights grow and has no finite minimiser; the fit "
+        "stopped where the optimiser did. Use a larger or harder validation set, or regularise "
+        "(off_diagonal, intercept > 0)",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def _affine(x: Tensor, w: Tensor, b: Tensor | float) -> Tensor:
     """``W x + b`` for each row ``x``; a 1-D ``w`` is a diagonal (vector scaling)."""
     return (x * w if w.dim() == 1 else x @ w.T) + b
@@ -200,14 +224,8 @@ class _AffineScaling(Calibrator):
         warn_unconverged(who, grad, self.max_iter)
         w, b = original(theta)
         self._weights, self._bias = w.detach().clone(), b.detach().clone()
-        if self.off_diagonal == 0 and self.intercept == 0 and bool(self._map(x, w, b).argmax(1).eq(y).all()):
-            warnings.warn(
-                f"every validation prediction is correct, so {who}'s NLL keeps falling as its weights grow "
-                "and has no finite minimiser; the fit stopped where the optimiser did. Use a harder validation set "
-                "or regularise (off_diagonal, intercept > 0)",
-                RuntimeWarning,
-                stacklevel=2,
-            )
+        if self.off_diagonal == 0 and self.intercept == 0:
+            _warn_if_separated(who, g.argmax(1).eq(y), self._map(x, w, b).argmax(1).eq(y))
         return self
 
     def _params(self) -> dict[str, Any]:

@@ -8,15 +8,12 @@ import os
 import signal
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Iterator, Mapping, Protocol
 
 import torch
 from torch import Tensor
 
 from . import distributed
-
-if TYPE_CHECKING:
-    from .trainer import Trainer
 
 PROGRESS_ENV = "CALIB_PROGRESS"  # "0" silences the progress bars
 # Steps between reads of the non-finite-loss flag (each read is one device-to-host sync).
@@ -68,6 +65,27 @@ def tqdm_class(show: bool) -> type:
     return tqdm
 
 
+class Run(Protocol):
+    """What :class:`Monitor` reads of the run it watches; :class:`calib.train.Trainer` is one.
+
+    Declared here so that the trainer imports the monitor and never the other way round.
+    """
+
+    config: Any  # a TrainConfig: progress, epochs, model, loss
+    epoch: int
+    device: torch.device
+    world_size: int
+    optimizer: torch.optim.Optimizer
+
+    @property
+    def is_main(self) -> bool: ...
+
+    @property
+    def checkpoint_path(self) -> Path | None: ...
+
+    def save_checkpoint(self, *, step: int = 0, sums: Mapping[str, Any] | None = None) -> Path | None: ...
+
+
 class Monitor:
     """Everything :meth:`Trainer.fit`'s loop keeps besides the maths, so the loop shows only that.
 
@@ -79,7 +97,7 @@ class Monitor:
     signal stops the run after the current step, with a checkpoint (never of NaN weights).
     """
 
-    def __init__(self, trainer: Trainer, step: int = 0, sums: Mapping[str, float] | None = None) -> None:
+    def __init__(self, trainer: Run, step: int = 0, sums: Mapping[str, float] | None = None) -> None:
         self.trainer = trainer
         self.show = progress_enabled(trainer.config.progress) and trainer.is_main
         self.tqdm = tqdm_class(self.show)
