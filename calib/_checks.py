@@ -162,8 +162,17 @@ def check_logits(
     probabilities) run one :func:`reads_values` gate, so a CUDA step never syncs.
     """
     values = not per_step or reads_values(as_tensor(logits, name))
-    g = check_matrix(logits, name, per_step=False) if values else _shape_only(logits, name)
-    if values and refuse_probs and g.shape[0] > 1 and looks_like_probs(g):
+    g = _shape_only(logits, name)
+    if not values:
+        return g
+    # One reduction instead of a pass per check: NaN or ±inf anywhere makes the sum
+    # non-finite (then the full check decides: a finite sum that overflowed is no error),
+    # and rows of probabilities sum to N, so the full probability test runs only then.
+    total = float(g.detach().sum())
+    if not math.isfinite(total):
+        check_finite(g, name)
+    maybe_probs = abs(total - g.shape[0]) <= 1e-3 * g.shape[0]
+    if refuse_probs and maybe_probs and g.shape[0] > 1 and looks_like_probs(g):
         raise ValueError(
             f"{name} looks like probabilities (every row is in [0, 1] and sums to 1); "
             "pass the unnormalised logits, e.g. the model output before softmax"

@@ -191,5 +191,6 @@ def _reduce_batch(value: Tensor, n: int, reduction: str) -> Tensor:
 
 
 def _ce(lp: Tensor, y: Tensor) -> Tensor:
-    """Per-sample cross-entropy ``−log p_y`` from log-probabilities."""
-    return -lp.gather(1, y[:, None]).squeeze(1)
+    """Per-sample cross-entropy ``−log p_y`` from log-probabilities (``−lp_y``, bit for bit;
+    ``nll_loss`` back-propagates as cross-entropy does, faster than ``gather``)."""
+    return F.nll_loss(lp, y, reduction="none")

@@ -15,8 +15,9 @@ from ._core import IGNORE_INDEX, Reduction, _ce, _check_unit, full_precision, pe
 from .uncertainty import Gamma, check_gamma
 
 
-def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
-    return _ce(lp, y) * _u._log_u_fl(lp, y, gamma).exp()
+def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -> Tensor:
+    ce = _ce(lp, y) if ce is None else ce
+    return ce * _u._log_u_fl(lp, y, gamma, ce).exp()
 
 
 @full_precision
@@ -63,7 +64,8 @@ def flsd53_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.0, g
     args = _flsd53_args(gamma_low, gamma_high, threshold)
 
     def hard(lp: Tensor, y: Tensor) -> Tensor:
-        return _focal_core(lp, y, _flsd53_gamma(lp.gather(1, y[:, None]).squeeze(1).exp(), *args))
+        ce = _ce(lp, y)
+        return _focal_core(lp, y, _flsd53_gamma((-ce).exp(), *args), ce)
 
     def each(lp: Tensor, x: Tensor) -> Tensor:
         return -lp * (_flsd53_gamma(lp.exp(), *args) * _u._log_rest_all(lp)).exp()
@@ -85,7 +87,11 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_dfl(lp, y, gamma).exp(),
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        ce = _ce(lp, y)
+        return ce * _u._log_u_dfl(lp, y, gamma, ce).exp()
+
+    return per_sample_loss(rows, hard,
                            lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction)
 
 
@@ -103,8 +109,8 @@ def inverse_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0
     g = _u._per_row(gamma, rows.x)
 
     def hard(lp: Tensor, y: Tensor) -> Tensor:
-        p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
-        return _ce(lp, y) * (gamma * torch.log1p(p_y)).exp()
+        ce = _ce(lp, y)
+        return ce * (gamma * torch.log1p((-ce).exp())).exp()
 
     return per_sample_loss(rows, hard, lambda lp, x: -lp * (g * torch.log1p(lp.exp())).exp(), weight, reduction)
 
@@ -121,5 +127,9 @@ def bsce_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: f
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma, norm = check_gamma(gamma, rows.x.shape[0]), _u._check_norm(norm)
-    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_gbs(lp, y, gamma, norm).exp(),
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        ce = _ce(lp, y)
+        return ce * _u._log_u_gbs(lp, y, gamma, norm, ce=ce).exp()
+
+    return per_sample_loss(rows, hard,
                            lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight, reduction)
