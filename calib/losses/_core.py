@@ -155,8 +155,14 @@ def finish(rows: Rows, hard: Tensor | None, each: Tensor | None, weight: ArrayLi
 
 
 def per_sample_loss(rows: Rows, hard: Callable[[Tensor, Tensor], Tensor],
-                    each: Callable[[Tensor, Tensor], Tensor], weight: ArrayLike | None, reduction: str) -> Tensor:
-    """The loss of a batch from ``hard(lp, y)`` -> (M,) and ``each(lp, x)`` -> (M, K)."""
+                    each: Callable[[Tensor, Tensor], Tensor], weight: ArrayLike | None, reduction: str,
+                    fast: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+    """The loss of a batch from ``hard(lp, y)`` -> (M,) and ``each(lp, x)`` -> (M, K).
+
+    ``fast(x, y)`` -> (M,), where given, replaces ``hard`` for integer labels: the same values
+    from the logits directly (:mod:`calib.losses._fused`, one pass over the logits)."""
+    if rows.q is None and fast is not None:
+        return finish(rows, fast(rows.x, rows.y), None, weight, reduction)
     lp = F.log_softmax(rows.x, dim=1)
     if rows.q is None:
         return finish(rows, hard(lp, rows.y), None, weight, reduction)
