@@ -109,6 +109,8 @@ def prepare(logits: ArrayLike, targets: ArrayLike, reduction: str, ignore_index:
                          f"(or probabilities of shape {tuple(g.shape)}), got shape {tuple(t.shape)}")
     y = t.reshape(-1).to(x.device)
     keep = None if ignore_index is None else y != ignore_index
+    if keep is not None and reads_values(keep) and bool(keep.all()):
+        keep = None  # no row ignored: the mean needs no mask (a read that costs O(N), on the host only)
     if keep is not None:
         y = torch.where(keep, y, torch.zeros_like(y))
     check_labels(y, x.shape[0], x.shape[1], "targets", per_step=True)

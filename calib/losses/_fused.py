@@ -34,7 +34,7 @@ from torch import Tensor
 _NEG_INF = float("-inf")
 #: From this many classes on, the forward starts from torch's fused ``log_softmax`` (then
 #: ``e = p``, ``S = 1``); below it, from one max and one exp (faster on narrow rows).
-_LOG_SOFTMAX_FROM = 32
+_LOG_SOFTMAX_FROM = 256
 
 
 class Stats(NamedTuple):
