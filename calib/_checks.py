@@ -162,8 +162,17 @@ def check_logits(
     probabilities) run one :func:`reads_values` gate, so a CUDA step never syncs.
     """
     values = not per_step or reads_values(as_tensor(logits, name))
-    g = check_matrix(logits, name, per_step=False) if values else _shape_only(logits, name)
-    if values and refuse_probs and g.shape[0] > 1 and looks_like_probs(g):
+    g = _shape_only(logits, name)
+    if not values:
+        return g
+    # One reduction instead of a pass per check: NaN or ±inf anywhere makes the sum
+    # non-finite (then the full check decides: a finite sum that overflowed is no error),
+    # and rows of probabilities sum to N, so the full probability test runs only then.
+    total = float(g.detach().sum())
+    if not math.isfinite(total):
+        check_finite(g, name)
+    maybe_probs = abs(total - g.shape[0]) <= 1e-3 * g.shape[0]
+    if refuse_probs and maybe_probs and g.shape[0] > 1 and looks_like_probs(g):
         raise ValueError(
             f"{name} looks like probabilities (every row is in [0, 1] and sums to 1); "
             "pass the unnormalised logits, e.g. the model output before softmax"
@@ -216,12 +225,21 @@ def check_positive_int(value: Any, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
-def check_nonnegative(value: Any, name: str) -> float:
+def _number(value: Any, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
         raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value < 0:
+
+
+# The range checks below compare instead of calling ``math.isfinite``: under torch.compile
+# a hyper-parameter whose value changed between calls is traced as a symbolic float, which
+# ``math.isfinite`` cannot take (a graph break) but a comparison turns into a guard, so a
+# compiled loss still refuses a bad value. NaN fails every comparison; ``float()`` is
+# applied to plain numbers only (on a symbolic one it would specialise the graph on it).
+def check_nonnegative(value: Any, name: str) -> float:
+    _number(value, name)
+    if not 0 <= value < math.inf:
         raise ValueError(f"{name} must be a finite number >= 0, got {value}")
-    return float(value)
+    return value if torch.compiler.is_compiling() else float(value)
 
 
 def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = ROW_SUM_ATOL) -> torch.Tensor:
@@ -253,8 +271,7 @@ def check_probs_fast(probs: ArrayLike, name: str = "probs", *, atol: float = ROW
 
 def check_positive(value: Any, name: str) -> float:
     """A finite number > 0 (the message says "> 0" for zero and negative values alike)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or value <= 0:
+    _number(value, name)
+    if not 0 < value < math.inf:
         raise ValueError(f"{name} must be a finite number > 0, got {value}")
-    return float(value)
+    return value if torch.compiler.is_compiling() else float(value)

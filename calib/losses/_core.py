@@ -113,6 +113,8 @@ def prepare(logits: ArrayLike, targets: ArrayLike, reduction: str, ignore_index:
                          f"(or probabilities of shape {tuple(g.shape)}), got shape {tuple(t.shape)}")
     y = t.reshape(-1).to(x.device)
     keep = None if ignore_index is None else y != ignore_index
+    if keep is not None and reads_values(keep) and bool(keep.all()):
+        keep = None  # no row ignored: the mean needs no mask (a read that costs O(N), on the host only)
     if keep is not None:
         y = torch.where(keep, y, torch.zeros_like(y))
     check_labels(y, x.shape[0], x.shape[1], "targets", per_step=True)
@@ -159,8 +161,14 @@ def finish(rows: Rows, hard: Tensor | None, each: Tensor | None, weight: ArrayLi
 
 
 def per_sample_loss(rows: Rows, hard: Callable[[Tensor, Tensor], Tensor],
-                    each: Callable[[Tensor, Tensor], Tensor], weight: ArrayLike | None, reduction: str) -> Tensor:
-    """The loss of a batch from ``hard(lp, y)`` -> (M,) and ``each(lp, x)`` -> (M, K)."""
+                    each: Callable[[Tensor, Tensor], Tensor], weight: ArrayLike | None, reduction: str,
+                    fast: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
+    """The loss of a batch from ``hard(lp, y)`` -> (M,) and ``each(lp, x)`` -> (M, K).
+
+    ``fast(x, y)`` -> (M,), where given, replaces ``hard`` for integer labels: the same values
+    from the logits directly (:mod:`calib.losses._fused`, one pass over the logits)."""
+    if rows.q is None and fast is not None:
+        return finish(rows, fast(rows.x, rows.y), None, weight, reduction)
     lp = F.log_softmax(rows.x, dim=1)
     if rows.q is None:
         return finish(rows, hard(lp, rows.y), None, weight, reduction)
@@ -195,5 +203,6 @@ def _reduce_batch(value: Tensor, n: int, reduction: str) -> Tensor:
 
 
 def _ce(lp: Tensor, y: Tensor) -> Tensor:
-    """Per-sample cross-entropy ``−log p_y`` from log-probabilities."""
-    return -lp.gather(1, y[:, None]).squeeze(1)
+    """Per-sample cross-entropy ``−log p_y`` from log-probabilities (``−lp_y``, bit for bit;
+    ``nll_loss`` back-propagates as cross-entropy does, faster than ``gather``)."""
+    return F.nll_loss(lp, y, reduction="none")

@@ -11,12 +11,26 @@ from torch import Tensor
 
 from .._checks import ArrayLike, check_nonnegative
 from . import uncertainty as _u
+from ._fused import label_stats
 from ._core import IGNORE_INDEX, Reduction, _ce, _check_unit, full_precision, per_sample_loss, prepare
 from .uncertainty import Gamma, check_gamma
 
 
-def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
-    return _ce(lp, y) * _u._log_u_fl(lp, y, gamma).exp()
+def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -> Tensor:
+    ce = _ce(lp, y) if ce is None else ce
+    return ce * _u._log_u_fl(lp, y, gamma, ce).exp()
+
+
+def _focal_fast(x: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
+    """``−log p_y · exp(γ log(1 − p_y))`` from :func:`label_stats` (integer labels)."""
+    st = label_stats(x, y)
+    return -st.log_p * _u._times(_u._as_exponent(gamma, x), st.log_rest).exp()
+
+
+def _flsd53_fast(x: Tensor, y: Tensor, args: tuple[float, float, float]) -> Tensor:
+    st = label_stats(x, y)
+    gamma = _flsd53_gamma(st.log_p.exp(), *args)
+    return -st.log_p * (gamma * st.log_rest).exp()
 
 
 @full_precision
@@ -34,7 +48,8 @@ def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduct
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
     return per_sample_loss(rows, lambda lp, y: _focal_core(lp, y, gamma),
-                           lambda lp, x: -lp * _u._log_u_fl_all(lp, gamma).exp(), weight, reduction)
+                           lambda lp, x: -lp * _u._log_u_fl_all(lp, gamma).exp(), weight, reduction,
+                           lambda x, y: _focal_fast(x, y, gamma))
 
 
 def _flsd53_gamma(p: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
@@ -63,12 +78,13 @@ def flsd53_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.0, g
     args = _flsd53_args(gamma_low, gamma_high, threshold)
 
     def hard(lp: Tensor, y: Tensor) -> Tensor:
-        return _focal_core(lp, y, _flsd53_gamma(lp.gather(1, y[:, None]).squeeze(1).exp(), *args))
+        ce = _ce(lp, y)
+        return _focal_core(lp, y, _flsd53_gamma((-ce).exp(), *args), ce)
 
     def each(lp: Tensor, x: Tensor) -> Tensor:
         return -lp * (_flsd53_gamma(lp.exp(), *args) * _u._log_rest_all(lp)).exp()
 
-    return per_sample_loss(rows, hard, each, weight, reduction)
+    return per_sample_loss(rows, hard, each, weight, reduction, lambda x, y: _flsd53_fast(x, y, args))
 
 
 @full_precision
@@ -85,8 +101,17 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_dfl(lp, y, gamma).exp(),
-                           lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction)
+
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        ce = _ce(lp, y)
+        return ce * _u._log_u_dfl(lp, y, gamma, ce).exp()
+
+    def fast(x: Tensor, y: Tensor) -> Tensor:
+        st = label_stats(x, y, rival=True)
+        return -st.log_p * _u._times(_u._as_exponent(gamma, x), torch.logaddexp(st.log_rest, st.log_rival)).exp()
+
+    return per_sample_loss(rows, hard,
+                           lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction, fast)
 
 
 @full_precision
@@ -103,10 +128,15 @@ def inverse_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0
     g = _u._per_row(gamma, rows.x)
 
     def hard(lp: Tensor, y: Tensor) -> Tensor:
-        p_y = lp.gather(1, y[:, None]).squeeze(1).exp()
-        return _ce(lp, y) * (gamma * torch.log1p(p_y)).exp()
+        ce = _ce(lp, y)
+        return ce * (gamma * torch.log1p((-ce).exp())).exp()
 
-    return per_sample_loss(rows, hard, lambda lp, x: -lp * (g * torch.log1p(lp.exp())).exp(), weight, reduction)
+    def fast(x: Tensor, y: Tensor) -> Tensor:
+        log_p = label_stats(x, y).log_p
+        return -log_p * (_u._as_exponent(gamma, x) * torch.log1p(log_p.exp())).exp()
+
+    return per_sample_loss(rows, hard, lambda lp, x: -lp * (g * torch.log1p(lp.exp())).exp(), weight, reduction,
+                           fast)
 
 
 @full_precision
@@ -121,5 +151,15 @@ def bsce_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: f
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma, norm = check_gamma(gamma, rows.x.shape[0]), _u._check_norm(norm)
-    return per_sample_loss(rows, lambda lp, y: _ce(lp, y) * _u._log_u_gbs(lp, y, gamma, norm).exp(),
-                           lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight, reduction)
+
+    def hard(lp: Tensor, y: Tensor) -> Tensor:
+        ce = _ce(lp, y)
+        return ce * _u._log_u_gbs(lp, y, gamma, norm, ce=ce).exp()
+
+    def fast(x: Tensor, y: Tensor) -> Tensor:  # β = 2: ‖p̂ − y‖₂^γ = exp((γ/2) log ‖p̂ − y‖²)
+        st = label_stats(x, y, brier=True)
+        return -st.log_p * _u._times(_u._as_exponent(gamma, x), st.log_brier / 2).exp()
+
+    return per_sample_loss(rows, hard,
+                           lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight, reduction,
+                           fast if norm == 2 else None)

@@ -9,6 +9,7 @@ from torch import Tensor
 
 from .._checks import ArrayLike, reads_values
 from . import uncertainty as _u
+from ._fused import Stats, label_stats
 from ._core import IGNORE_INDEX, Reduction, Rows, WeightFn, _ce, full_precision, per_sample_loss, prepare
 from .focal import _flsd53_args, _flsd53_gamma
 from .uncertainty import Gamma, check_gamma
@@ -32,10 +33,20 @@ def _gra_each(lp: Tensor, log_weight_all: Callable[..., Tensor], *args: object) 
     return -lp * weight
 
 
+def _gra_fast(x: Tensor, y: Tensor, log_u: Callable[[Stats, Tensor], Tensor], rival: bool = False,
+              brier: bool = False) -> Tensor:
+    """``−log p_y · u`` with ``log u = log_u(stats, x)`` a constant, from :func:`label_stats`."""
+    st = label_stats(x, y, rival=rival, brier=brier)
+    with torch.no_grad():
+        weight = log_u(st, x).exp()
+    return -st.log_p * weight
+
+
 def _gra_loss(rows: Rows, reduction: str, weight: ArrayLike | None, log_u: Callable[..., Tensor],
-              log_u_all: Callable[..., Tensor], *args: object) -> Tensor:
+              log_u_all: Callable[..., Tensor], *args: object,
+              fast: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
     return per_sample_loss(rows, lambda lp, y: _gra(lp, y, log_u, *args),
-                           lambda lp, x: _gra_each(lp, log_u_all, *args), weight, reduction)
+                           lambda lp, x: _gra_each(lp, log_u_all, *args), weight, reduction, fast)
 
 
 @full_precision
@@ -47,7 +58,8 @@ def focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, re
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return _gra_loss(rows, reduction, weight, _u._log_u_fl, _u._log_u_fl_all, gamma)
+    return _gra_loss(rows, reduction, weight, _u._log_u_fl, _u._log_u_fl_all, gamma, fast=lambda x, y: _gra_fast(
+        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), st.log_rest)))
 
 
 def _log_u_flsd53(lp: Tensor, y: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
@@ -73,7 +85,8 @@ def flsd53_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     args = _flsd53_args(gamma_low, gamma_high, threshold)
-    return _gra_loss(rows, reduction, weight, _log_u_flsd53, _log_u_flsd53_all, *args)
+    return _gra_loss(rows, reduction, weight, _log_u_flsd53, _log_u_flsd53_all, *args, fast=lambda x, y: _gra_fast(
+        x, y, lambda st, x: _flsd53_gamma(st.log_p.exp(), *args) * st.log_rest))
 
 
 @full_precision
@@ -86,7 +99,9 @@ def dual_focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return _gra_loss(rows, reduction, weight, _u._log_u_dfl, _u._log_u_dfl_all, gamma)
+    return _gra_loss(rows, reduction, weight, _u._log_u_dfl, _u._log_u_dfl_all, gamma, fast=lambda x, y: _gra_fast(
+        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), torch.logaddexp(st.log_rest, st.log_rival)),
+        rival=True))
 
 
 @full_precision
@@ -100,7 +115,9 @@ def bsce_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, nor
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma, norm = check_gamma(gamma, rows.x.shape[0]), _u._check_norm(norm)
-    return _gra_loss(rows, reduction, weight, _u._log_u_gbs, _u._log_u_gbs_all, gamma, norm)
+    fast = None if norm != 2 else lambda x, y: _gra_fast(  # β = 2: exp((γ/2) log ‖p̂ − y‖²)
+        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), st.log_brier / 2), brier=True)
+    return _gra_loss(rows, reduction, weight, _u._log_u_gbs, _u._log_u_gbs_all, gamma, norm, fast=fast)
 
 
 def uncertainty_gra(weight_fn: WeightFn, name: str | None = None) -> Callable[..., Tensor]:

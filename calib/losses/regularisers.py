@@ -10,6 +10,7 @@ from torch import Tensor
 from .._checks import ArrayLike, check_nonnegative
 from . import uncertainty as _u
 from ._core import IGNORE_INDEX, Reduction, _ce, _check_unit, _check_weight_of, full_precision, per_sample_loss, prepare
+from ._fused import label_stats
 
 
 @full_precision
@@ -118,4 +119,5 @@ def brier_loss(logits: ArrayLike, targets: ArrayLike, reduction: Reduction = "me
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     return per_sample_loss(rows, lambda lp, y: _u._log_u_gbs(lp, y, 2.0, 2.0).exp(),
-                           lambda lp, x: _u._log_u_gbs_all(lp, 2.0, 2.0).exp(), weight, reduction)
+                           lambda lp, x: _u._log_u_gbs_all(lp, 2.0, 2.0).exp(), weight, reduction,
+                           lambda x, y: label_stats(x, y, brier=True).log_brier.exp())

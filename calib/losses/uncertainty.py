@@ -122,15 +122,54 @@ def _log_rest(lp: Tensor, y: Tensor) -> Tensor:
     return torch.logsumexp(lp.scatter(1, y[:, None], _NEG_INF), dim=1)
 
 
+class _RestOfCE(torch.autograd.Function):
+    """``log(1 − p_y)`` as a function of ``ce = −log p_y``: the value passed in, the derivative
+    ``d log(1 − e^{−ce}) / d ce = p_y / (1 − p_y)``.
+
+    The value comes from :func:`_log_rest` on detached log-probabilities (accurate as
+    ``p_y → 1``, where ``1 − e^{−ce}`` loses every digit). Its gradient in the logits is
+    ``p_y/(1 − p_y) · ∇CE`` (a function of ``p_y`` alone), so a loss built on it back-propagates
+    through CE's own ``(N, K)`` pass and ``(N,)`` work. The backward calls this function
+    again, so second derivatives (gamma-Net's hypergradient) are exact too.
+    """
+
+    @staticmethod
+    def forward(ce: Tensor, log_rest: Tensor) -> Tensor:
+        return log_rest.clone()
+
+    @staticmethod
+    def setup_context(ctx: object, inputs: tuple[Tensor, Tensor], output: Tensor) -> None:
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx: object, grad: Tensor) -> tuple[Tensor, None]:
+        ce, log_rest = ctx.saved_tensors
+        ratio = torch.exp(-ce - _RestOfCE.apply(ce, log_rest))  # p_y / (1 − p_y)
+        # a zero upstream gradient stays zero where the ratio overflows (p_y rounds to 1)
+        return torch.where(grad == 0, torch.zeros_like(grad), grad * ratio), None
+
+
+def _log_rest_of_ce(lp: Tensor, y: Tensor, ce: Tensor) -> Tensor:
+    """:func:`_log_rest` (the same value) with its gradient routed through ``ce = −lp_y``."""
+    with torch.no_grad():
+        value = _log_rest(lp.detach(), y)
+    return _RestOfCE.apply(ce, value) if ce.requires_grad else value
+
+
 def _log_rival(lp: Tensor, y: Tensor) -> Tensor:
     """``log p_j``, p_j the largest probability strictly below p_y; ``−inf`` when there is none."""
     lp_y = lp.gather(1, y[:, None])
     return lp.masked_fill(lp >= lp_y, _NEG_INF).amax(dim=1)
 
 
-def _log_gap(lp: Tensor, y: Tensor, support: str) -> Tensor:
+def _rest_term(lp: Tensor, y: Tensor, ce: Tensor | None) -> Tensor:
+    """``log(1 − p_y)``; given ``ce = −lp_y`` (with autograd) its gradient goes through it."""
+    return _log_rest(lp, y) if ce is None else _log_rest_of_ce(lp, y, ce)
+
+
+def _log_gap(lp: Tensor, y: Tensor, support: str, ce: Tensor | None = None) -> Tensor:
     """``log |p̂_k − y_k|`` for each class, ``−inf`` outside ``support``."""
-    gap = lp.scatter(1, y[:, None], _log_rest(lp, y)[:, None])
+    gap = lp.scatter(1, y[:, None], _rest_term(lp, y, ce)[:, None])
     if support == "all":
         return gap
     keep = torch.zeros_like(lp, dtype=torch.bool).scatter(1, y[:, None], True)
@@ -143,16 +182,19 @@ def _log_gap(lp: Tensor, y: Tensor, support: str) -> Tensor:
     return gap.masked_fill(~keep, _NEG_INF)
 
 
-def _log_u_fl(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
-    return _times(_as_exponent(gamma, lp), _log_rest(lp, y))
+# ``ce`` (optional): the per-row cross-entropy ``−lp_y`` the loss multiplies by; passing it
+# routes the gradient of ``log(1 − p_y)`` through it (see :class:`_RestOfCE`), same values.
+def _log_u_fl(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -> Tensor:
+    return _times(_as_exponent(gamma, lp), _rest_term(lp, y, ce))
 
 
-def _log_u_dfl(lp: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
-    return _times(_as_exponent(gamma, lp), torch.logaddexp(_log_rest(lp, y), _log_rival(lp, y)))
+def _log_u_dfl(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -> Tensor:
+    return _times(_as_exponent(gamma, lp), torch.logaddexp(_rest_term(lp, y, ce), _log_rival(lp, y)))
 
 
-def _log_u_gbs(lp: Tensor, y: Tensor, gamma: Gamma, norm: float, support: str = "all") -> Tensor:
-    log_sum = torch.logsumexp(norm * _log_gap(lp, y, support), dim=1)  # log Σ_k |p̂_k − y_k|^β
+def _log_u_gbs(lp: Tensor, y: Tensor, gamma: Gamma, norm: float, support: str = "all",
+               ce: Tensor | None = None) -> Tensor:
+    log_sum = torch.logsumexp(norm * _log_gap(lp, y, support, ce), dim=1)  # log Σ_k |p̂_k − y_k|^β
     return _times(_as_exponent(gamma, lp), log_sum / norm)
 
 
