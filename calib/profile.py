@@ -92,8 +92,13 @@ def device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def describe(chapter: str | None = None) -> str:
+def describe(chapter: str | None = None, *, procedure: int = 1) -> str:
     """The lines at the top of a chapter: which profile and device ran it.
+
+    ``procedure`` numbers the chapter's experimental procedure (its data draws, protocol,
+    seeds): a chapter raises it when a change makes its old audit records describe another
+    experiment, so :func:`recurrence` and :func:`audit_state` count only the records of
+    this procedure (records written before procedures were numbered count as 1).
 
     Adds ``[smoke]`` in smoke mode, a warning when a GPU profile (``colab``/``paper``) runs
     without CUDA (on Colab: Runtime -> Change runtime type -> T4 GPU), and, given the
@@ -101,8 +106,11 @@ def describe(chapter: str | None = None) -> str:
     profile on a free T4 from :func:`t4_estimate` (marked measured or
     estimated).
     """
-    global _CHAPTER
-    _CHAPTER = chapter
+    global _CHAPTER, _PROCEDURE
+    if isinstance(procedure, bool) or not isinstance(procedure, int) or procedure < 1:
+        raise ValueError(f"procedure must be a positive integer, got {procedure!r}")
+    _CHAPTER, _PROCEDURE = chapter, procedure
+    _record("procedure", "procedure", str(procedure))
     name = current()
     lines = [f"CALIB_PROFILE={name}{' [smoke]' if smoke() else ''} on {device()} (torch {torch.__version__})"]
     if name != "quick" and not torch.cuda.is_available() and not smoke():
@@ -297,6 +305,19 @@ def verdict(v: Any) -> Any:
 # images. Its thread settings count once when they give the same outcome, else each counts.
 AUDIT_ROOT = Path(__file__).resolve().parents[1] / "results" / "audit"
 _CHAPTER: str | None = None  # set by describe(chapter)
+_PROCEDURE = 1  # set by describe(procedure=)
+
+
+def _audit_files(chapter: str | None, root: str | os.PathLike | None) -> list[tuple[dict, list[dict]]]:
+    """(head, outcome lines) of each audited execution of ``chapter``'s current procedure."""
+    folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
+    out = []
+    for path in sorted(folder.glob("*.jsonl")) if chapter else []:
+        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+        version = next((int(x["outcome"]) for x in lines if x.get("kind") == "procedure"), 1)
+        if version == _PROCEDURE:
+            out.append((head, [x for x in lines if x.get("kind") != "procedure"]))
+    return out
 
 
 @dataclass(frozen=True)
@@ -344,11 +365,8 @@ def audit_draws(text: str, chapter: str | None = None, root: str | os.PathLike |
     """Per audited seed offset of ``chapter`` (default: the one given to :func:`describe`),
     the outcomes its executions recorded for the claim or verdict ``text``; offsets that
     never printed it are left out."""
-    chapter = chapter or _CHAPTER
-    folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
     by_offset: dict[int, set[str]] = {}
-    for path in sorted(folder.glob("*.jsonl")) if chapter else []:
-        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+    for head, lines in _audit_files(chapter or _CHAPTER, root):
         found = {line["outcome"] for line in lines if line.get("claim") == text}
         if found:
             by_offset.setdefault(int(head["seed_offset"]), set()).update(found)
@@ -374,17 +392,15 @@ def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
 def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:
     """One sentence for a chapter's prose (glue it): how often the claims audit executed the
     chapter and whether each asserted claim held in every execution, read from the records."""
-    chapter = chapter or _CHAPTER
-    folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
     heads, claims = [], {}
-    for path in sorted(folder.glob("*.jsonl")) if chapter else []:
-        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
+    for head, lines in _audit_files(chapter or _CHAPTER, root):
         heads.append(head)
         for line in lines:
             if line.get("kind") == "claim":
                 claims.setdefault(line["claim"], []).append(line["outcome"])
     if not heads:
-        return "The claims audit has no record of this chapter yet (make audit runs it)."
+        return ("The claims audit has no record of this chapter's current procedure yet "
+                "(make audit runs it).")
     offsets = sorted({h["seed_offset"] for h in heads})
     threads = sorted({h["threads"] for h in heads})
     failed = sum(any(o != "holds" for o in outs) for outs in claims.values())

@@ -71,14 +71,33 @@ def test_recurrence_counts_the_audited_draws_with_the_same_outcome():
     assert "/10" not in plots.verdict_grid(fam).html  # no recurrence asked, none shown
 
 
-def test_audited_outcomes_reads_the_audit_records(tmp_path):
+def test_audited_outcomes_reads_the_audit_records_by_draw(tmp_path):
     folder = tmp_path / "audit" / "02_x"  # root: the results folder
     folder.mkdir(parents=True)
-    head = '{"chapter": "02_x", "offset": 0, "threads": 1}\n'
-    (folder / "o0-t1.jsonl").write_text(head + '{"kind": "verdict", "claim": "c", "outcome": "holds"}\n'
-                                        '{"kind": "claim", "claim": "k", "outcome": "holds"}\n')
-    (folder / "o1-t1.jsonl").write_text(head + '{"kind": "verdict", "claim": "c", "outcome": "undecided"}\n')
+
+    def head(offset, threads):
+        return f'{{"chapter": "02_x", "seed_offset": {offset}, "threads": {threads}}}\n'
+
+    (folder / "offset100-threads1.jsonl").write_text(
+        head(100, 1) + '{"kind": "verdict", "claim": "c", "outcome": "holds"}\n'
+        '{"kind": "claim", "claim": "k", "outcome": "holds"}\n')
+    # the same offset's second thread setting agrees: one draw, not two
+    (folder / "offset100-threads2.jsonl").write_text(head(100, 2) + '{"kind": "verdict", "claim": "c", "outcome": "holds"}\n')
+    (folder / "offset200-threads1.jsonl").write_text(head(200, 1) + '{"kind": "verdict", "claim": "c", "outcome": "undecided"}\n')
     assert plots.audited_outcomes("02_x", root=tmp_path) == {"c": ["holds", "undecided"]}
+
+
+def test_a_family_takes_verdicts_computed_elsewhere():
+    fam = evidence.Family(["step 1", "step 2"])
+    raw = [evidence.compare([3.0, 3.2, 3.1], [1.0, 1.1, 0.9], "a above b"),
+           evidence.compare([1.0, 1.3, 0.8], [1.0, 1.1, 0.9], "c above d")]
+    fam.put("above", "step 1", raw[0])
+    fam.put("above", "step 2", raw[1])
+    assert [v.p_adjusted for v in fam.verdicts()] == [v.p_adjusted for v in evidence.decide(raw)]
+    with pytest.raises(ValueError, match="column"):
+        fam.put("above", "step 3", raw[0])
+    with pytest.raises(TypeError, match="cell"):
+        fam.put("above", "step 1", 3.0)
 
 
 def test_grid_refuses_bad_input():

@@ -61,7 +61,8 @@ def _audit_file(folder, offset, threads, outcomes):
 
     folder.mkdir(parents=True, exist_ok=True)
     lines = [{"chapter": "ch", "seed_offset": offset, "threads": threads, "status": "finished"},
-             *({"kind": "verdict", "claim": text, "outcome": o} for text, o in outcomes)]
+             *({"kind": "procedure" if text == "procedure" else "verdict", "claim": text, "outcome": o}
+               for text, o in outcomes)]
     (folder / f"offset{offset}-threads{threads}.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
 
 
@@ -121,3 +122,17 @@ def test_audit_state_is_read_from_the_records(tmp_path):
     text = profile.audit_state("ch", tmp_path)
     assert "3 times" in text and "100, 200" in text and "1 and 2 threads" in text
     assert "1 of its 1 asserted claims did not hold" in text
+
+
+def test_a_new_procedure_leaves_the_old_records_out(tmp_path, monkeypatch):
+    _audit_file(tmp_path / "ch", 100, 1, [("x", "holds")])  # no procedure line: procedure 1
+    monkeypatch.setattr(profile, "_PROCEDURE", 1)
+    assert profile.recurrence("x", "holds", chapter="ch", root=tmp_path).n == 1
+    monkeypatch.setattr(profile, "_PROCEDURE", 2)
+    assert profile.recurrence("x", "holds", chapter="ch", root=tmp_path).n == 0
+    assert "current procedure" in profile.audit_state("ch", tmp_path)
+    _audit_file(tmp_path / "ch", 200, 1, [("procedure", "2"), ("x", "undecided")])
+    r = profile.recurrence("x", "undecided", chapter="ch", root=tmp_path)
+    assert (r.k, r.n) == (1, 1)
+    with pytest.raises(ValueError, match="procedure"):
+        profile.describe("ch", procedure=0)

@@ -356,6 +356,15 @@ class Family:
         self._cells[row, column] = (compare(a, b, claim, **compare_kwargs) if n >= self.min_n
                                     else f"{n} of {self.min_n} seeds" if n else "not run yet")
 
+    def put(self, row: str, column: str, cell: Verdict | str) -> None:
+        """Place in cell (row, column) a verdict computed elsewhere (e.g. by
+        :func:`compare_runs`, before any correction: the family corrects it) or a note."""
+        if column not in self.columns:
+            raise ValueError(f"column {column!r} is not one of {self.columns}")
+        if not isinstance(cell, (Verdict, str)):
+            raise TypeError(f"cell must be a Verdict or a note, got {type(cell).__name__}")
+        self._cells[row, column] = cell
+
     def verdicts(self) -> list[Verdict]:
         """The tested cells' verdicts, corrected together, in the order they were added."""
         return decide([v for v in self._cells.values() if isinstance(v, Verdict)], self.method)

@@ -127,6 +127,7 @@ def hold_rates(root: str | os.PathLike | None = None) -> Any:
     if frame.empty:
         return pd.DataFrame(columns=columns)
     frame = frame.dropna(subset=["claim"])
+    frame = frame[frame["kind"] != "procedure"]  # the procedure's number, not an outcome
     rows = []
     for (chapter, kind, claim), group in frame.groupby(["chapter", "kind", "claim"], sort=False):
         draws = [set(o) for _, o in group.groupby("seed_offset")["outcome"]]

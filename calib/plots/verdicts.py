@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import html
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
 from ..evidence import Family, Verdict, interval, number
 
@@ -68,16 +69,20 @@ class VerdictGrid:
 
 
 def audited_outcomes(chapter: str, root: str | None = None) -> dict[str, list[str]]:
-    """``{claim text: [outcome of each audited run]}`` for one chapter's verdicts, from the
-    audit's records (``results/audit``, :func:`calib.experiments.audit.records`): the
-    ``recurrence`` argument of :func:`verdict_grid`."""
+    """``{claim text: [outcome of each audited draw]}`` for one chapter's verdicts, from the
+    audit's records (``results/audit``): the ``recurrence`` argument of :func:`verdict_grid`.
+
+    A draw is a seed offset; its thread settings count once when they agree, as in
+    :func:`calib.profile.recurrence`, which prints the same count under each verdict.
+    """
+    from .. import profile
     from ..experiments import audit
 
-    out: dict[str, list[str]] = {}
-    for rec in audit.records(root):
-        if rec.get("chapter") == chapter and rec.get("kind") == "verdict" and rec.get("claim"):
-            out.setdefault(rec["claim"], []).append(rec["outcome"])
-    return out
+    texts = dict.fromkeys(rec["claim"] for rec in audit.records(root)
+                          if rec.get("chapter") == chapter and rec.get("kind") == "verdict" and rec.get("claim"))
+    folder = None if root is None else Path(root) / audit.AUDIT_DIR
+    return {text: [o for draw in profile.audit_draws(text, chapter, folder) for o in sorted(draw)]
+            for text in texts}
 
 
 def _recurrence(v: Verdict, recurrence: Mapping[str, Sequence[str]] | None) -> str | None:
