@@ -86,10 +86,11 @@ def default_calibrators(num_classes: int, *, odir: float = 1e4, max_iter: int = 
     """Factories of every calibrator of :mod:`calib.posthoc` that outputs full probability vectors.
 
     ``ets_loss``: the loss the ensemble-TS weights minimise, ``"mse"`` (Brier) by default,
-    as in Zhang et al. (2020)'s reference code. With ``"nll"`` the weights are fitted by the
-    same loss as the temperature on the same set, and they tend to stay at ``(1, 0, 0)``,
-    where ensemble TS is temperature scaling: at that vertex, moving weight onto the
-    uncalibrated softmax is to first order a change of ``T``, whose NLL is stationary.
+    as in Zhang et al. (2020)'s reference code; unlike that code, which fits the temperature
+    by MSE too, the temperature here is always fitted by NLL. With ``"nll"`` the weights are
+    fitted by the same loss as the temperature on the same set, and they often stay at the
+    boundary optimum ``(1, 0, 0)``, where ensemble TS is temperature scaling (not always:
+    they can move onto the uncalibrated softmax).
 
     ``odir`` is the off-diagonal and intercept weight of the regularised Dirichlet
     calibration (Kull et al. 2019, §3, whose penalty divides by ``K(K - 1)`` and ``K``, so
