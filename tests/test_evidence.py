@@ -252,6 +252,23 @@ def test_family_refuses_bad_settings(kwargs, match):
         evidence.Family(["a"], **kwargs)
 
 
+def test_family_put_keeps_a_family_decided_elsewhere():
+    rng = np.random.default_rng(1)
+    pairs = [(rng.normal(0.8 * i, 1.0, 6), rng.normal(0.0, 1.0, 6)) for i in range(3)]
+    decided = evidence.decide([evidence.compare(a, b, f"claim {i}", direction="greater")
+                               for i, (a, b) in enumerate(pairs)])
+    fam = evidence.Family(["m"])
+    for i, v in enumerate(decided):
+        fam.put(f"row {i}", "m", v)
+    assert fam.verdicts() == decided  # decide adjusts the raw p: placing is idempotent
+    with pytest.raises(ValueError, match="column 'z'"):
+        fam.put("row", "z", decided[0])
+    with pytest.raises(TypeError, match="verdict must be a Verdict"):
+        fam.put("row", "m", 0.5)
+    fam.put("row 3", "m", "same method")  # a note: shown, never tested
+    assert fam.verdicts() == decided and fam.outcomes()[("row 3", "m")] == "same method"
+
+
 def test_family_refuses_an_unknown_column():
     fam = evidence.Family(["2,500", "10,000"])
     with pytest.raises(ValueError, match="column '55,000'"):

@@ -97,7 +97,7 @@ def test_a_family_takes_verdicts_computed_elsewhere():
     assert [v.p_adjusted for v in fam.verdicts()] == [v.p_adjusted for v in evidence.decide(raw)]
     with pytest.raises(ValueError, match="column"):
         fam.put("above", "step 3", raw[0])
-    with pytest.raises(TypeError, match="cell"):
+    with pytest.raises(TypeError, match="verdict must be"):
         fam.put("above", "step 1", 3.0)
 
 

@@ -356,14 +356,17 @@ class Family:
         self._cells[row, column] = (compare(a, b, claim, **compare_kwargs) if n >= self.min_n
                                     else f"{n} of {self.min_n} seeds" if n else "not run yet")
 
-    def put(self, row: str, column: str, cell: Verdict | str) -> None:
-        """Place in cell (row, column) a verdict computed elsewhere (e.g. by
-        :func:`compare_runs`, before any correction: the family corrects it) or a note."""
+    def put(self, row: str, column: str, verdict: Verdict | str) -> None:
+        """Place a verdict tested elsewhere (e.g. by :func:`compare_runs`) in cell (row, column),
+        or a note for a cell with no test ("same method"), which the correction leaves out.
+
+        :func:`decide` adjusts the raw ``p``, so a verdict already corrected in its own family
+        gets the same outcome here when the family holds the same verdicts."""
         if column not in self.columns:
             raise ValueError(f"column {column!r} is not one of {self.columns}")
-        if not isinstance(cell, (Verdict, str)):
-            raise TypeError(f"cell must be a Verdict or a note, got {type(cell).__name__}")
-        self._cells[row, column] = cell
+        if not isinstance(verdict, (Verdict, str)):
+            raise TypeError(f"verdict must be a Verdict (from compare) or a note, got {type(verdict).__name__}")
+        self._cells[row, column] = verdict
 
     def verdicts(self) -> list[Verdict]:
         """The tested cells' verdicts, corrected together, in the order they were added."""
