@@ -50,6 +50,7 @@ ENFORCED = [
     "book/glossary.md",
     "book/notation.md",
     "book/conformance.ipynb",
+    "book/13_calibration_under_shift.ipynb",
     "book/coursework/a2_focal_loss/a2_focal_loss.ipynb",
     "book/coursework/a5_post_hoc_calibration/a5_post_hoc_calibration.ipynb",
 ]
