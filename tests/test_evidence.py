@@ -343,3 +343,21 @@ def test_family_cells_give_corrected_verdicts_and_notes_in_order():
     assert list(cells) == [("r", "x"), ("r", "y"), ("s", "x")]
     assert cells["r", "y"] == "1 of 3 seeds"
     assert [cells["r", "x"], cells["s", "x"]] == fam.verdicts()
+
+
+def test_family_of_decided_verdicts_keeps_their_outcomes_and_checks_its_cells():
+    rng = np.random.default_rng(3)
+    raw = [evidence.compare(rng.normal(d, 1, 6), rng.normal(0, 1, 6), f"claim {i}")
+           for i, d in enumerate([0.0, 3.0, 0.5, 4.0])]
+    decided = evidence.decide(raw)
+    cells = [("r1", "a"), ("r1", "b"), ("r2", "a"), ("r2", "b")]
+    fam = evidence.Family.of(decided, cells)
+    assert fam.columns == ["a", "b"]
+    assert [v.outcome for v in fam.verdicts()] == [v.outcome for v in decided]
+    assert [v.p_adjusted for v in fam.verdicts()] == pytest.approx([v.p_adjusted for v in decided])
+    with pytest.raises(ValueError, match="same length"):
+        evidence.Family.of(decided, cells[:3])
+    with pytest.raises(ValueError, match="distinct"):
+        evidence.Family.of(decided[:2], [("r", "a"), ("r", "a")])
+    with pytest.raises(ValueError, match="column"):
+        evidence.Family.of(decided[:1], [("r", "z")], columns=["a"])

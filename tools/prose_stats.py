@@ -56,6 +56,7 @@ ENFORCED = [
     "book/quickstart.ipynb",
     "book/12_beyond_temperature_scaling.ipynb",
     "book/08_meta_regularisation.ipynb",
+    "book/13_calibration_under_shift.ipynb",
     "book/coursework/a2_focal_loss/a2_focal_loss.ipynb",
     "book/coursework/a5_post_hoc_calibration/a5_post_hoc_calibration.ipynb",
 ]

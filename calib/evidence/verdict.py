@@ -368,6 +368,24 @@ class Family:
             raise TypeError(f"verdict must be a Verdict (from compare) or a note, got {type(verdict).__name__}")
         self._cells[row, column] = verdict
 
+    @classmethod
+    def of(cls, verdicts: Sequence[Verdict], cells: Sequence[tuple[str, str]],
+           columns: Sequence[str] | None = None,
+           method: Literal["holm", "bh", "by"] = "holm") -> Family:
+        """A family from verdicts computed elsewhere (e.g. the list :func:`decide` returned):
+        ``cells[i]`` is the (row, column) of ``verdicts[i]``; ``columns`` default to the
+        order they first appear in. The correction is :func:`decide`'s again, which reads
+        each verdict's unadjusted p, so a list already decided keeps its outcomes."""
+        if len(verdicts) != len(cells):
+            raise ValueError(f"verdicts and cells must have the same length, got {len(verdicts)} and {len(cells)}")
+        if len(set(cells)) != len(cells):
+            raise ValueError("cells must be distinct (row, column) pairs")
+        fam = cls(columns if columns is not None else list(dict.fromkeys(c for _, c in cells)),
+                  method=method)
+        for v, (row, column) in zip(verdicts, cells):
+            fam.put(row, column, v)
+        return fam
+
     def verdicts(self) -> list[Verdict]:
         """The tested cells' verdicts, corrected together, in the order they were added."""
         return decide([v for v in self._cells.values() if isinstance(v, Verdict)], self.method)

@@ -11,7 +11,7 @@ itself never scrolls sideways.
 
 >>> from calib import evidence, plots
 >>> fam = evidence.Family(["2,500", "10,000"], min_n=3)
->>> fam.add("CE over-confident (T > 1)", "2,500", [1.4, 1.5, 1.3], 1.0, "T > 1 at 2,500")
+>>> fam.add("CE over-confident (T > 1)", "2,500", [1.4, 1.5, 1.3], 1.0, "T > 1")
 >>> grid = plots.verdict_grid(fam, title="CE's temperature")
 >>> "✓ holds" in grid.html
 True
