@@ -57,6 +57,12 @@ ENFORCED = [
     "book/12_beyond_temperature_scaling.ipynb",
     "book/08_meta_regularisation.ipynb",
     "book/13_calibration_under_shift.ipynb",
+    "book/05_gradient_factor.ipynb",
+    "book/06_brier_score.ipynb",
+    "book/07_bsce_gra.ipynb",
+    "book/09_calibrated_or_calibratable.ipynb",
+    "book/10_bench_of_regularisers.ipynb",
+    "book/11_reproducing_tables.ipynb",
     "book/coursework/a2_focal_loss/a2_focal_loss.ipynb",
     "book/coursework/a5_post_hoc_calibration/a5_post_hoc_calibration.ipynb",
 ]
