@@ -57,9 +57,9 @@ def test_lists_and_admonitions_count_as_sentences_but_not_as_paragraphs():
             f"```{{note}}\n:class: dropdown\n{body}\n```\n\n:::{{tip}}\n{body}\n:::\n\n"
             f"```{{glossary}}\nTerm\n  {body}\n```\n\n```{{glue:figure}} key\n:name: x\n{body}\n```"]
     kinds = [k for k, _ in ps.blocks(page[0])]
-    assert kinds == ["admonition", "admonition", "admonition", "list"]  # the figure caption: gone
+    assert kinds == ["admonition", "admonition", "admonition", "list", "list"]  # the caption: gone
     s = ps.stats(page)
-    assert s.over == 0 and s.longest == 0 and s.sentences == 4
+    assert s.over == 0 and s.longest == 0 and s.sentences == 5
     para = ps.stats([body])
     assert para.over == 1 and para.longest == 200
     assert "1 paragraph(s) over 180 words, the longest 200" in para.problems()
@@ -86,3 +86,10 @@ def test_make_lint_and_so_make_test_check_the_enforced_pages():
     lint = makefile.split("\nlint:", 1)[1].split("\n\n", 1)[0]
     assert "tools/prose_stats.py --check" in lint
     assert "lint" in makefile.split("\ntest:", 1)[1].splitlines()[0]
+
+
+def test_each_list_item_is_read_on_its_own():
+    page = ["- The first item has one sentence here\n- the second item starts lower-case and\n"
+            "  runs on to a second line\n"]
+    assert [kind for kind, _ in ps.blocks(page[0])] == ["list", "list"]
+    assert ps.stats(page).sentences == 2  # not one long sentence across the items

@@ -147,10 +147,17 @@ def blocks(markdown: str) -> list[tuple[str, str]]:
                  if not re.match(r"^\s*(#{1,6}\s|\|.*\||\([\w:-]+\)=\s*$|>?\s*$)", x)]
         if not lines:
             continue
-        kind = "list" if _LIST.match(lines[0]) else "paragraph"
-        para = " ".join(_inline("\n".join(lines)).split())
-        if len(para.split()) >= 5:
-            out.append((kind, para))
+        if _LIST.match(lines[0]):  # each item is read on its own, its marker dropped
+            items: list[list[str]] = []
+            for line in lines:
+                if _LIST.match(line) or not items:
+                    items.append([_LIST.sub("", line, count=1)])
+                else:
+                    items[-1].append(line)
+            texts = [("list", " ".join(_inline("\n".join(item)).split())) for item in items]
+        else:
+            texts = [("paragraph", " ".join(_inline("\n".join(lines)).split()))]
+        out.extend((kind, t) for kind, t in texts if len(t.split()) >= 5)
     return out
 
 
