@@ -49,6 +49,9 @@ MAX_MEAN, MAX_LONG_SHARE, MAX_PARENS, MAX_PARAGRAPH, LONG = 22.0, 0.08, 1.2, 180
 ENFORCED = [
     "book/glossary.md",
     "book/notation.md",
+    "book/intro.md",
+    "book/papers.md",
+    "book/coursework/instructors.md",
     "book/02_overconfidence.ipynb",
     "book/14_when_losses_help.ipynb",
     "book/conformance.ipynb",
