@@ -69,8 +69,12 @@ ENFORCED = [
     "book/09_calibrated_or_calibratable.ipynb",
     "book/10_bench_of_regularisers.ipynb",
     "book/11_reproducing_tables.ipynb",
+    "book/coursework/a1_measuring_calibration/a1_measuring_calibration.ipynb",
     "book/coursework/a2_focal_loss/a2_focal_loss.ipynb",
+    "book/coursework/a3_temperature_scaling/a3_temperature_scaling.ipynb",
+    "book/coursework/a4_gradient_weighting/a4_gradient_weighting.ipynb",
     "book/coursework/a5_post_hoc_calibration/a5_post_hoc_calibration.ipynb",
+    "book/coursework/a6_training_and_evidence/a6_training_and_evidence.ipynb",
 ]
 
 ADMONITIONS = {"note", "tip", "warning", "important", "caution", "attention", "danger", "error",
