@@ -160,7 +160,7 @@ def test_frozen_file_names_version_and_probe_of_every_record():
     data = json.loads(C.FROZEN_FILE.read_text())
     assert data["how"]
     for r in data["records"]:
-        assert r["version"] and r["probe"].startswith("calib.experiments.conformance._")
+        assert r["version"] and r["probe"].startswith(C.__name__ + "._")
         assert hasattr(C, r["probe"].rsplit(".", 1)[1])
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -37,10 +38,12 @@ OTHER_SECONDS = 45.0
 
 
 def notebooks() -> list[Path]:
-    """The pages the book build executes: chapters, the quickstart and the evidence page
-    (the coursework's student notebooks are shown, not run: _config.yml)."""
-    book = ROOT / "book"
-    return sorted(book.glob("[0-9][0-9]_*.ipynb")) + [book / "quickstart.ipynb", book / "evidence.ipynb"]
+    """The pages the book build executes: every notebook of _toc.yml but the coursework's
+    student notebooks, which are shown, not run (_config.yml)."""
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    entries = re.findall(r"(?:root|file):\s*(book/[\w/.-]+)", toc)
+    return sorted(ROOT / f"{e}.ipynb" for e in entries
+                  if (ROOT / f"{e}.ipynb").exists() and not e.startswith("book/coursework/"))
 
 
 def expected_seconds(names: list[str]) -> dict[str, float]:
