@@ -156,3 +156,13 @@ def test_the_plugin_puts_written_questions_in_results_json():
     results = GradingResults([], notebook={"cells": [_markdown("Only one.", ["otter_answer_cell"])]})
     plugin.after_grading(results)
     assert "read the answer in the notebook" in results.results["q3_explain"].summary()
+
+
+def test_the_grader_binds_a_module_a_function_reaches_only_inside_a_comprehension():
+    """a3's reference solution calls metrics.ece inside a list comprehension ("[metrics.ece(")."""
+    from calib.grading.worker import load_functions
+
+    src = "def f(xs):\n    return [metrics.ece is not None for _ in xs]\n"
+    job = {"functions": {"f": src}, "bindings": {"metrics": "calib.metrics"}, "blocked": {}}
+    functions, missing = load_functions(job, {})
+    assert not missing and functions["f"]([1, 2]) == [True, True]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import builtins
 import importlib
 import json
+import re
 import signal
 import sys
 import traceback
@@ -57,7 +58,7 @@ def load_functions(job: dict, values: dict[str, Any]) -> tuple[dict[str, Any], d
     missing: dict[str, str] = {}
     needed = set()
     for src in job["functions"].values():
-        needed |= set(src.replace(".", " ").replace("(", " ").split())  # a cheap superset
+        needed |= set(re.findall(r"[A-Za-z_]\w*", src))  # every identifier: a superset
     for name, path in job["bindings"].items():
         if name in needed and path.split(".")[0] in ALLOWED_ROOTS:
             try:
