@@ -339,7 +339,9 @@ def test_autograder(name, case, build_dir, tmp_path, monkeypatch):
         assert not graded.results["errors"], f"cells of the reference solution raised: {graded.results['errors']}"
         quoted = [t["output"] for t in graded.results["tests"] if t["name"] in graded.manual]
         assert all("The answer as submitted:" in q for q in quoted), quoted
-        assert not [f for f in graded.results["flags"] if f.startswith(("blocked", "tampering", "library"))]
+        # a "library" flag only lists the calib names a function refers to (a3's grid search may
+        # call metrics.ece); the hidden tests judge whether a question forbids them
+        assert not [f for f in graded.results["flags"] if f.startswith(("blocked", "tampering"))]
         if name == "a6_training_and_evidence":  # item 3: the grader's table, kept and shown
             kept = tmp_path / "out"
             assert (kept / "executed.ipynb").is_file() and (kept / "table.csv").is_file()
