@@ -35,9 +35,10 @@ _STYLE = """<style>
 .calib-verdicts .calib-title{font-weight:600;font-size:0.9rem}
 .calib-verdicts .calib-legend{margin:0 0 0.3em}
 .calib-verdicts .calib-scroll{overflow-x:auto;max-width:100%}
-.calib-verdicts table{border-collapse:collapse;font-size:inherit;width:auto;max-width:100%;margin:0}
+.calib-verdicts table{border-collapse:collapse;font-size:inherit;width:100%;max-width:100%;margin:0;
+  table-layout:fixed}
 .calib-verdicts th,.calib-verdicts td{border:1px solid rgba(128,128,128,0.45);
-  padding:0.2em 0.4em;vertical-align:top;overflow-wrap:break-word}
+  padding:0.2em 0.4em;vertical-align:top;overflow-wrap:anywhere}
 .calib-verdicts thead th{text-align:center;font-weight:600}
 .calib-verdicts tbody th{text-align:left;font-weight:normal;min-width:6em;max-width:16em}
 .calib-verdicts td{text-align:center;font-variant-numeric:tabular-nums}
