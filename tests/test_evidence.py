@@ -302,6 +302,9 @@ def test_interval_ends_share_the_decimals_of_the_wider_end():
     assert evidence.interval(-0.14, 0.0702) == "[−0.14, +0.07]"
     assert evidence.interval(-0.0881, 0.0094, " pt") == "[−0.088, +0.009] pt"
     assert evidence.interval(float("nan"), float("nan")) == "[no interval]"
+    # round-off (a smoke run's spread of 4e-15) prints as zero, not sixteen decimals
+    assert evidence.interval(-3.9e-15, 3.9e-15) == "[0, 0]"
+    assert evidence.number(2.3e-6) == "+0.000002"
 
 
 def _verdict(outcome: str, direction: str = "greater", **kw) -> evidence.Verdict:

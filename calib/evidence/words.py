@@ -6,9 +6,13 @@ import math
 from .verdict import Verdict
 
 
+MAX_DECIMALS = 6  # below a millionth an effect or a bound is round-off: it prints as 0
+
+
 def _decimals(x: float) -> int:
-    """Decimals that give ``x`` two significant digits after rounding (none for |x| >= 10)."""
-    return max(0, 1 - int(f"{abs(x):.1e}".split("e")[1])) if x else 0
+    """Decimals that give ``x`` two significant digits after rounding (none for |x| >= 10),
+    at most :data:`MAX_DECIMALS`."""
+    return min(MAX_DECIMALS, max(0, 1 - int(f"{abs(x):.1e}".split("e")[1]))) if x else 0
 
 
 def number(x: float, unit: str = "", decimals: int | None = None) -> str:
