@@ -42,7 +42,7 @@ def test_asserted_claims_held_in_every_audited_run(chapter):
         f"{chapter}: a claim() text is not a string literal, so the audit cannot match it")
     if not texts:
         return  # nothing empirical is asserted: verdicts and facts need no audit record
-    rows = [r for r in audit.records() if r["chapter"] == chapter]
+    rows = [r for r in audit.current_records() if r["chapter"] == chapter]
     runs = {(r["seed_offset"], r["threads"]) for r in rows if r["status"] == "finished"}
     assert len({o for o, _ in runs}) >= 5 and len({t for _, t in runs}) >= 2, (
         f"{chapter}: audited at {sorted(runs)}; make audit CHAPTERS={chapter} runs 5 offsets x 2 threads")
@@ -115,3 +115,32 @@ def test_audit_runs_a_chapter_once_and_records_it(tmp_path):
     assert list(rates["hold rate"]) == [1.0, 1.0] and list(rates["draws"]) == [1, 1]
     with pytest.raises(ValueError, match="no chapter"):
         audit.run(["nope"], root=tmp_path / "results")
+
+
+def test_a_new_procedure_is_audited_afresh_beside_the_old_records(tmp_path):
+    """A chapter that moves to procedure 2 (``describe(..., procedure=2)``) is run again at an
+    offset its procedure-1 file already covers; the old file stays, and the hold rates count
+    only the current procedure."""
+    book = tmp_path / "book"
+    book.mkdir()
+    src = "from calib import profile\nprofile.describe('99_tiny', procedure={})\nprofile.report(True, 'r')"
+
+    def write(version):
+        cells = [{"cell_type": "code", "execution_count": None, "metadata": {}, "outputs": [],
+                  "source": src.format(version)}]
+        nb = {"cells": cells, "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                                           "language": "python"}},
+              "nbformat": 4, "nbformat_minor": 5}
+        (book / "99_tiny.ipynb").write_text(json.dumps(nb))
+
+    write(1)
+    assert audit.procedure("99_tiny", book) == 1
+    assert [p.name for p in audit.run(["99_tiny"], offsets=(7,), threads=(1,), root=tmp_path / "results")] == [
+        "offset7-threads1.jsonl"]
+    write(2)
+    assert audit.procedure("99_tiny", book) == 2
+    assert [p.name for p in audit.run(["99_tiny"], offsets=(7,), threads=(1,), root=tmp_path / "results")] == [
+        "offset7-threads1-p2.jsonl"]
+    assert sorted(r["procedure"] for r in audit.records(tmp_path / "results")) == [1, 2]
+    assert [r["procedure"] for r in audit.current_records(tmp_path / "results")] == [2]
+    assert list(audit.hold_rates(tmp_path / "results")["runs"]) == [1]

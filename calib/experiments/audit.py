@@ -6,12 +6,16 @@ offsets (``CALIB_SEED_OFFSET``) and thread counts at the ``quick`` profile, with
 :func:`~calib.profile.verdict` and :func:`~calib.profile.report` appends its outcome there
 instead of stopping the chapter. One execution is one file::
 
-    results/audit/<chapter>/offset<k>-threads<t>.jsonl
+    results/audit/<chapter>/offset<k>-threads<t>[-p<n>].jsonl
       line 1: {"chapter", "seed_offset", "threads", "cpu", "torch",
                "commit", "seconds", "status"}
       then:   {"kind", "claim", "outcome"}, one per claim, in order
 
-A finished file is not run again (the audit resumes like the ledger). A chapter may assert
+A chapter's procedure ``n`` (``profile.describe(chapter, procedure=n)`` in its notebook; 1
+when it names none) is part of the file's name from 2 on, so a new procedure is audited
+afresh and the earlier procedure's records stay beside it; :func:`records` carries each
+execution's procedure and :func:`hold_rates` counts the chapter's current one. A finished
+file is not run again (the audit resumes like the ledger). A chapter may assert
 an empirical outcome with ``claim()`` only if every audited execution recorded it as
 ``holds`` (``tests/test_audit.py``); the book's appendix renders :func:`hold_rates`.
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -28,7 +33,8 @@ from typing import Any, Sequence
 
 from .ledger import _cpu_model, _git_commit, committed_root
 
-__all__ = ["AUDIT_DIR", "TRAINING_CHAPTERS", "OFFSETS", "THREADS", "run", "records", "hold_rates"]
+__all__ = ["AUDIT_DIR", "TRAINING_CHAPTERS", "OFFSETS", "THREADS", "procedure", "run", "records",
+           "current_records", "hold_rates"]
 
 AUDIT_DIR = "audit"
 # The chapters that train networks: their outcomes depend on seeds, threads and the CPU.
@@ -39,8 +45,23 @@ OFFSETS = (100, 200, 300, 400, 500)  # never the chapters' own offset 0, which w
 THREADS = (1, 2)
 
 
-def _file(root: Path, chapter: str, offset: int, threads: int) -> Path:
-    return root / AUDIT_DIR / chapter / f"offset{offset}-threads{threads}.jsonl"
+_PROCEDURE = re.compile(r"describe\([^)]*procedure\s*=\s*(\d+)")
+
+
+def procedure(chapter: str, book: Path) -> int:
+    """The procedure ``chapter``'s notebook declares (``describe(..., procedure=n)``), else 1."""
+    path = book / f"{chapter}.ipynb"
+    if not path.is_file():
+        return 1
+    code = "\n".join("".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]
+                     if c["cell_type"] == "code")
+    found = _PROCEDURE.search(code)
+    return int(found.group(1)) if found else 1
+
+
+def _file(root: Path, chapter: str, offset: int, threads: int, version: int = 1) -> Path:
+    suffix = f"-p{version}" if version > 1 else ""  # procedure 1 keeps the names it was written under
+    return root / AUDIT_DIR / chapter / f"offset{offset}-threads{threads}{suffix}.jsonl"
 
 
 def _execute(chapter: str, offset: int, threads: int, book: Path, record: Path) -> tuple[str, float]:
@@ -72,9 +93,10 @@ def run(chapters: Sequence[str] = TRAINING_CHAPTERS, offsets: Sequence[int] = OF
         raise ValueError(f"no chapter {bad[0]!r} in {book}; the training chapters are {', '.join(TRAINING_CHAPTERS)}")
     written = []
     for chapter in chapters:
+        version = procedure(chapter, book)
         for offset in offsets:
             for t in threads:
-                path = _file(root, chapter, offset, t)
+                path = _file(root, chapter, offset, t, version)
                 if path.is_file():
                     continue
                 path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,19 +121,35 @@ def run(chapters: Sequence[str] = TRAINING_CHAPTERS, offsets: Sequence[int] = OF
 
 
 def records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
-    """Every audited outcome: the execution's header fields with ``kind``, ``claim``, ``outcome``."""
+    """Every audited outcome: the execution's header fields and ``procedure`` with ``kind``,
+    ``claim``, ``outcome``."""
     folder = (committed_root() if root is None else Path(root)) / AUDIT_DIR
     rows = []
     for path in sorted(folder.glob("*/*.jsonl")):
         head, *lines = (json.loads(x) for x in path.read_text().splitlines())
+        version = next((int(x["outcome"]) for x in lines if x.get("kind") == "procedure"), 1)
+        lines = [x for x in lines if x.get("kind") != "procedure"]
+        head = {**head, "procedure": version}
         rows += [{**head, **line} for line in lines]
         if not lines:
             rows.append({**head, "kind": None, "claim": None, "outcome": None})
     return rows
 
 
+def current_records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """:func:`records` of each chapter's current procedure (its notebook's ``describe``)."""
+    root = committed_root() if root is None else Path(root)
+    book, versions = root.parent / "book", {}
+    rows = records(root)
+    for r in rows:
+        if r["chapter"] not in versions:
+            versions[r["chapter"]] = procedure(r["chapter"], book)
+    return [r for r in rows if r["procedure"] == versions[r["chapter"]]]
+
+
 def hold_rates(root: str | os.PathLike | None = None) -> Any:
-    """Per chapter and claim: audited runs, the draws they make, in how many draws it held,
+    """Per chapter and claim of its current procedure: audited runs, the draws they make, in
+    how many draws it held,
     the hold rate over draws and its one-sided 95 % lower bound.
 
     A draw is a seed offset; its thread settings count once when they give the same
@@ -123,11 +161,10 @@ def hold_rates(root: str | os.PathLike | None = None) -> Any:
     from ..profile import Recurrence
 
     columns = ["chapter", "kind", "claim", "runs", "draws", "held", "hold rate", "lower 95 %", "outcomes"]
-    frame = pd.DataFrame(records(root))
+    frame = pd.DataFrame(current_records(root))
     if frame.empty:
         return pd.DataFrame(columns=columns)
     frame = frame.dropna(subset=["claim"])
-    frame = frame[frame["kind"] != "procedure"]  # the procedure's number, not an outcome
     rows = []
     for (chapter, kind, claim), group in frame.groupby(["chapter", "kind", "claim"], sort=False):
         draws = [set(o) for _, o in group.groupby("seed_offset")["outcome"]]
