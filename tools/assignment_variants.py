@@ -61,7 +61,7 @@ def read_spec(nb: dict, name: str = "the master") -> dict:
         raise ValueError(f"{name}: its {MARKER} cell lists no constants")
     for kind, entries in spec.items():
         for key, entry in entries.items():
-            entry["value"] = _tuples(entry["value"])
+            entry["value"] = as_written(entry["value"])
             if not entry.get("at"):
                 raise ValueError(f"{name}: {kind} {key} says nowhere ('at') where it stands")
             if kind == "references" and not entry.get("expression"):
@@ -69,9 +69,9 @@ def read_spec(nb: dict, name: str = "the master") -> dict:
     return spec
 
 
-def _tuples(value: Any) -> Any:
+def as_written(value: Any) -> Any:
     """YAML lists as tuples: ``(5, 15)`` is written as the master writes it."""
-    return tuple(_tuples(v) for v in value) if isinstance(value, list) else value
+    return tuple(as_written(v) for v in value) if isinstance(value, list) else value
 
 
 def draw(spec: dict, seed: int, assignment: str) -> dict[str, Any]:
@@ -89,7 +89,7 @@ def draw(spec: dict, seed: int, assignment: str) -> dict[str, Any]:
         rng = random.Random(f"{seed}/{assignment}/{key}")
         rule, default = entry.get("draw") or {}, entry["value"]
         if "choice" in rule:
-            options = [o for o in map(_tuples, rule["choice"]) if o != default]
+            options = [o for o in map(as_written, rule["choice"]) if o != default]
             if not options:
                 raise ValueError(f"{assignment}: {key}'s choices hold only the master's value")
             values[key] = rng.choice(options)
