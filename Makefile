@@ -127,7 +127,7 @@ test-unit-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n 2 -m "not browser and not grading" --durations=10 tests
 
 test-grading: $(STAMP)
-	$(LIMIT) $(BIN)/python -m pytest -q -p no:cacheprovider -m grading tests/test_assignments.py
+	$(LIMIT) $(BIN)/python -m pytest -q -p no:cacheprovider -m grading tests/test_assignments.py tests/test_assignment_variants.py
 
 test-lane-smoke: $(STAMP)
 	$(MAKE) --no-print-directory test-notebooks CALIB_NB_CACHE=$(abspath $(NB_CACHE)) NB_ARGS=$(NB_LANE2)

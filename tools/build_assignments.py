@@ -13,7 +13,13 @@ format (solutions and hidden tests inside). ``otter assign`` turns it into
 pages of the book's "Coursework" part and what a Colab launch button opens;
 ``tests/test_assignments.py`` fails while those copies are older than the masters.
 
-    python tools/build_assignments.py [--out _build/assignments] [--publish] [NAME ...]
+``--variant SEED`` builds a course's own variant instead (``assignment_variants``): each
+master's ``# VARIANT`` constants (data seeds, gamma, bin counts) drawn from SEED, and the
+hidden tests' reference values recomputed from the reference solution under them, so the
+hidden answers are not those of the public masters. ``<out>/<name>/variant.json`` records
+what was drawn. Without it the build is that of the masters as written.
+
+    python tools/build_assignments.py [--out _build/assignments] [--publish | --variant SEED] [NAME ...]
 """
 from __future__ import annotations
 
@@ -25,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 MASTERS = ROOT / "book" / "assignments"
@@ -37,24 +44,36 @@ def masters() -> list[pathlib.Path]:
     return sorted(MASTERS.glob("a[0-9]_*.ipynb"))
 
 
-def build(master: pathlib.Path, out: pathlib.Path = DEFAULT_OUT) -> pathlib.Path:
+def build(master: pathlib.Path, out: pathlib.Path = DEFAULT_OUT, variant: int | None = None) -> pathlib.Path:
     """Run ``otter assign`` on one master; return ``<out>/<name>`` (student/ and autograder/).
 
-    The autograder zip gets a fixed name, ``<name>-autograder.zip`` (otter stamps the
-    time into it).
+    ``variant``: a seed, for a course's variant of the master (see the module doc). The
+    autograder zip gets a fixed name, ``<name>-autograder.zip`` (otter stamps the time
+    into it).
     """
+    import assignment_variants
+
     master = pathlib.Path(master)
     if not master.is_file():
         raise FileNotFoundError(f"master notebook not found: {master}")
+    nb, drawn = assignment_variants.apply(json.loads(master.read_text()), master.stem, variant)
     dest = pathlib.Path(out).resolve() / master.stem
     shutil.rmtree(dest, ignore_errors=True)
     dest.parent.mkdir(parents=True, exist_ok=True)
-    cmd = [sys.executable, "-m", "otter", "assign", "--no-pdfs", str(master), str(dest)]
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=master.parent)
+    with tempfile.TemporaryDirectory(prefix="calib-assign-") as tmp:
+        for extra in master.parent.iterdir():  # requirements.txt, beside the notebook for otter
+            if extra.is_file() and extra.suffix != ".ipynb":
+                shutil.copy(extra, tmp)
+        source = pathlib.Path(tmp) / master.name
+        source.write_text(dumps(nb))
+        cmd = [sys.executable, "-m", "otter", "assign", "--no-pdfs", str(source), str(dest)]
+        done = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp)
     zips = sorted((dest / "autograder").glob("*.zip"))
     if done.returncode != 0 or len(zips) != 1:
         raise RuntimeError(f"otter assign failed on {master.name}:\n{done.stdout}\n{done.stderr}")
     zips[0].rename(autograder_zip(dest))
+    if drawn is not None:
+        (dest / "variant.json").write_text(json.dumps(drawn, indent=1) + "\n")
     return dest
 
 
@@ -172,13 +191,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="assignments to build (default: all)")
     parser.add_argument("--out", type=pathlib.Path, default=DEFAULT_OUT, help="output folder")
     parser.add_argument("--publish", action="store_true", help="refresh book/coursework/ too")
+    parser.add_argument("--variant", type=int, metavar="SEED",
+                        help="a course's variant: constants drawn from SEED, hidden answers recomputed")
     args = parser.parse_args(argv)
+    if args.variant is not None and (args.publish or args.variant < 0):
+        parser.error("--variant takes a seed >= 0 and no --publish: book/coursework/ holds the "
+                     "masters' student versions; hand out the variant's student/ folders instead")
     chosen = [m for m in masters() if not args.names or m.stem in args.names]
     unknown = set(args.names) - {m.stem for m in chosen}
     if unknown:
         parser.error(f"no master notebook for {sorted(unknown)} in {MASTERS}")
     for master in chosen:
-        built = build(master, args.out)
+        built = build(master, args.out, args.variant)
         print(f"{master.stem}: {built / 'student'}, {autograder_zip(built)}")
         if args.publish:
             print(f"{master.stem}: published to {publish(built).relative_to(ROOT)}")
