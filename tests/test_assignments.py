@@ -683,3 +683,30 @@ def test_autograder_zip_carries_the_requirements(build_dir):
             assert line in env, f"{line!r} missing from the zip's environment.yml"
     config = json.loads(zipfile.ZipFile(ba.autograder_zip(b)).read("otter_config.json"))
     assert "calib.coursework.SetupErrors" in config["plugins"]
+
+
+def automatic_points(name: str) -> float:
+    """The points of the master's test cases (public and hidden), read from their configs."""
+    import yaml
+
+    total = 0.0
+    for cell in _master_cells(name):
+        src = "".join(cell["source"])
+        if cell["cell_type"] == "code" and "# BEGIN TEST CONFIG" in src:
+            config = src.split("# BEGIN TEST CONFIG", 1)[1].split('"""', 1)[0]
+            total += float(yaml.safe_load(config)["points"])
+    return total
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_written_and_design_work_is_at_least_a_quarter_of_the_points(name):
+    """Issue 44: each assignment has a derivation and a design question, graded by hand,
+    and its written points are at least 25 % of its total; the page's table says so."""
+    written, auto = sum(manual_questions(name).values()), automatic_points(name)
+    assert auto > 0 and written / (written + auto) >= 0.25, f"{name}: {written:g} of {written + auto:g} written"
+    kinds = {q.split("_", 1)[1] for q in manual_questions(name)}
+    assert {"derive", "design"} <= kinds, f"{name}: a derivation and a design question, got {kinds}"
+    page = (ba.COURSEWORK / "instructors.md").read_text()
+    n = int(name[1:name.index("_")])
+    row = f"| {n} | {auto:g} | {written:g} | {round(100 * written / (written + auto))} % |"
+    assert row in page, f"the instructors page's share table lacks {row!r}"
