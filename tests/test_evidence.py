@@ -283,6 +283,28 @@ def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
     assert " adj." not in str(evidence.compare(a, b, "alone"))
 
 
+def test_an_equivalence_line_names_the_claim_each_p_tests():
+    near = [evidence.compare([1.0, 2.0, 3.0, 4.0], [1.5, 2.5, 3.2, 4.1], "near",
+                             direction="equivalent", margin=1.0, unit=" pt"),
+            evidence.compare(A, B, "apart")]
+    line = str(evidence.decide(near)[0])
+    assert 'adj. for "within ±1 pt", ' in line and 'adj. for "beyond"' in line
+    assert 'for "within ±1 pt"' in str(near[0]) and "adj." not in str(near[0])
+
+
+def test_swapping_the_sides_of_an_equivalence_only_flips_the_sign():
+    """after − before or before − after: the same two one-sided tests, the same outcome."""
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 3, 400)
+    runs = [[rng.dirichlet(np.ones(3) * c, 400) for _ in range(4)] for c in (1.0, 1.3)]
+    kw = dict(direction="equivalent", margin=1.0, scale=100, unit=" pt", n_boot=50)
+    ab = evidence.compare_runs(metrics.ece, runs[0], runs[1], y, "x", **kw)
+    ba = evidence.compare_runs(metrics.ece, runs[1], runs[0], y, "x", **kw)
+    assert ba.effect == pytest.approx(-ab.effect) and ba.outcome == ab.outcome
+    assert (ba.low, ba.high) == pytest.approx((-ab.high, -ab.low))
+    assert (ba.p, ba.p_beyond) == pytest.approx((ab.p, ab.p_beyond))
+
+
 @pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5")])
 def test_p_values_are_not_rounded_across_alpha(p, text):
     assert evidence._p_text(p, 0.05) == text

@@ -109,6 +109,15 @@ def test_training_curves_are_column_wide_and_use_the_palette():
     assert colours == [palette.color_for("ce"), palette.gamma_color(3)]
 
 
+def test_training_curves_draw_percent_keys_times_100():
+    hist = [{"epoch": e, "test_ece": 0.1 / e, "test_nll": 1.0 / e} for e in range(1, 4)]
+    fig = plots.training_curves({"CE": hist}, ["test_ece", "test_nll"], percent=["test_ece"])
+    ece, nll = fig.axes[0], fig.axes[1]
+    assert list(ece.get_lines()[0].get_ydata()) == pytest.approx([10.0, 5.0, 10 / 3])
+    assert ece.get_title() == "test ECE (%)" and nll.get_title() == "test NLL"
+    assert list(nll.get_lines()[0].get_ydata()) == pytest.approx([1.0, 0.5, 1 / 3])
+
+
 def test_epoch_band_curves_take_palette_colours_for_losses():
     runs = np.arange(6.0).reshape(2, 3)
     fig = plots.epoch_band_curves({"CE": runs, "LS ε=0.05": runs, "focal γ=3": runs, "my idea": runs},

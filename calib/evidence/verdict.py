@@ -51,8 +51,9 @@ class Verdict:
         adjusted = self.family_size > 1
         adj = " adj." if adjusted else ""
         if self.direction == "equivalent":
-            p = (f"p = {_p_text(self.p_adjusted, self.alpha)}{adj} within ±{self.margin:g}{u}, "
-                 f"{_p_text(self.p_beyond_adjusted, self.alpha)}{adj} beyond")
+            # two tests, each named by the claim its small p would show
+            p = (f"p = {_p_text(self.p_adjusted, self.alpha)}{adj} for \"within ±{self.margin:g}{u}\", "
+                 f"{_p_text(self.p_beyond_adjusted, self.alpha)}{adj} for \"beyond\"")
         else:
             p = f"p = {_p_text(self.p_adjusted, self.alpha)}{adj}"
         # the interval is per comparison; in a family the verdict follows the adjusted p

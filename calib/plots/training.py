@@ -75,6 +75,7 @@ def training_curves(
     logy: Sequence[str] = (),
     titles: Mapping[str, str] | None = None,
     panel_size: tuple[float, float] | None = None,
+    percent: Sequence[str] = (),
 ) -> Figure:
     """One panel per entry of ``panels``, one colour per run, epochs on the x axis.
 
@@ -84,7 +85,9 @@ def training_curves(
     ``milestones`` draws dotted vertical lines at the learning-rate drops; keys in ``logy``
     get a log axis. Runs take their palette colour (:mod:`calib.plots.palette`) when their
     label names a loss. By default the figure is 7 in wide (the book's column), whatever
-    ``ncols``; ``panel_size`` overrides the size of one panel in inches.
+    ``ncols``; ``panel_size`` overrides the size of one panel in inches. Keys in
+    ``percent`` (fractions such as ``"test_ece"``) are drawn times 100, their title ending
+    "(%)", as the book's tables print them.
     """
     groups = _check(histories, panels)
     if ncols < 1:
@@ -102,6 +105,7 @@ def training_curves(
         for r, (label, hist) in enumerate(histories.items()):
             for s, key in enumerate(keys):
                 xs, ys = _series(hist, key)
+                ys = [100 * y for y in ys] if key in percent else ys
                 ax.plot(xs, ys, _STYLES[s % len(_STYLES)], color=colors[r % len(colors)], label=label, lw=1.4)
         if len(keys) > 1:
             ax.legend(*_style_legend(keys), fontsize=_FONT)
@@ -109,7 +113,8 @@ def training_curves(
             ax.axvline(m, color="0.6", ls=":", lw=1)
         if any(k in logy for k in keys):
             ax.set_yscale("log")
-        ax.set_title(titles.get(keys[0], " / ".join(LABELS.get(k, k) for k in keys)), fontsize=_FONT + 1)
+        title = " / ".join(LABELS.get(k, k) for k in keys) + (" (%)" if set(keys) & set(percent) else "")
+        ax.set_title(titles.get(keys[0], title), fontsize=_FONT + 1)
         ax.set_xlabel("epoch", fontsize=_FONT)
         ax.tick_params(labelsize=_FONT)
         ax.grid(alpha=0.3)
