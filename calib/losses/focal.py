@@ -52,7 +52,9 @@ def flsd53_weight(args: tuple[float, float, float]) -> LogWeight:
 def dual_focal_weight(gamma: Gamma) -> LogWeight:
     """``Λ = γ log(1 − p_y + p_j)``; ``dΛ`` = γ times the two parts' shares of the sum."""
     def log_weight(st: Stats, grads: bool) -> tuple[Tensor, tuple[Tensor | None, ...]]:
-        log_sum = torch.logaddexp(st.log_rest, st.log_rival)
+        has = st.log_rival > _NEG_INF  # no rival: log_sum = log(1 − p_y), without logaddexp(·, −inf),
+        rival = torch.where(has, st.log_rival, st.log_rest)  # whose second derivative is NaN
+        log_sum = torch.where(has, torch.logaddexp(st.log_rest, rival), st.log_rest)
         lam = _u._times(gamma, log_sum)
         if not grads:
             return lam, (None,) * 4
