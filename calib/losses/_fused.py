@@ -22,6 +22,13 @@ Gradients (``δ`` the one-hot of ``y``, ``r = p_y/(1 − p_y) = e_y/s``, ``B = �
 each term a sum of non-negative parts, so it too keeps its digits as ``p_y → 1``).
 Under ``create_graph`` (gamma-Net's hypergradient) the backward differentiates the
 composite log-space formulas instead, so every order of derivative is exact.
+
+The weighted cross-entropies ``L = −log p_y · exp(Λ)`` (focal, FLSD-53, inverse and dual
+focal, BSCE, and their GRA twins with Λ held constant) are one autograd node,
+:func:`weighted_ce`: the forward also computes ``dL/d(stat) = L·dΛ/d(stat)`` (plus ``−w`` on
+``log p_y``) from each loss's closed-form ``dΛ``, and with them every per-row number of the
+gradient, so the backward is one pass over ``e``. Dual focal's rival comes from float
+arithmetic and one ``min`` (:func:`_rival`), not from a boolean mask.
 """
 from __future__ import annotations
 
@@ -226,8 +233,8 @@ class _WeightedCE(torch.autograd.Function):
     the gradient is :func:`_assemble`'s, every per-row number computed in the forward."""
 
     @staticmethod
-    def forward(ctx: Any, x: Tensor, y: Tensor, log_weight: LogWeight, rival: bool, brier: bool,
-                detach: bool) -> Tensor:
+    def forward(x: Tensor, y: Tensor, log_weight: LogWeight, rival: bool, brier: bool,
+                detach: bool) -> tuple[Tensor | None, ...]:
         out, sv = _stats(x, y, rival, brier)
         st = _with_nones(tuple(out), rival, brier)
         lam, d_lam = log_weight(st, not detach)
@@ -238,14 +245,18 @@ class _WeightedCE(torch.autograd.Function):
             for i, d in enumerate(d_lam):
                 if d is not None:
                     g[i] = loss * d if g[i] is None else g[i] + loss * d
-        g = g[:2] + g[2:2 + rival] + g[3:3 + brier]
-        a, label, g_j, c = _row_coefficients(sv, y, g)
-        ctx.log_weight, ctx.flags = log_weight, (rival, brier, detach)
-        ctx.save_for_backward(x, y, sv.e, sv.j if g_j is not None else None, a, label, g_j, c)
-        return loss
+        a, label, g_j, c = _row_coefficients(sv, y, g[:2] + g[2:2 + rival] + g[3:3 + brier])
+        return loss, sv.e, None if g_j is None else sv.j, a, label, g_j, c
 
     @staticmethod
-    def backward(ctx: Any, go: Tensor) -> tuple[Tensor | None, ...]:
+    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor | None, ...]) -> None:
+        x, y, log_weight, rival, brier, detach = inputs
+        ctx.log_weight, ctx.flags = log_weight, (rival, brier, detach)
+        ctx.save_for_backward(x, y, *output[1:])
+        ctx.mark_non_differentiable(*(t for t in output[1:] if t is not None))
+
+    @staticmethod
+    def backward(ctx: Any, go: Tensor, *_: Any) -> tuple[Tensor | None, ...]:
         x, y, e, j, a, label, g_j, c = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: differentiate the composite formulas
             rival, brier, detach = ctx.flags
@@ -272,4 +283,4 @@ def weighted_ce(x: Tensor, y: Tensor, log_weight: LogWeight, *, rival: bool = Fa
         st = label_stats(x, y, rival=rival, brier=brier)
         lam = log_weight(st, False)[0]
         return -st.log_p * (lam.detach() if detach else lam).exp()
-    return _WeightedCE.apply(x, y, log_weight, rival, brier, detach)
+    return _WeightedCE.apply(x, y, log_weight, rival, brier, detach)[0]
