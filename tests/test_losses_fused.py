@@ -6,6 +6,7 @@ import pytest
 import torch
 from torch.autograd import gradcheck, gradgradcheck
 
+from calib import losses as L
 from calib.losses._fused import _composite, label_stats, weighted_ce
 from calib.losses.focal import brier_weight, dual_focal_weight, flsd53_weight, focal_weight, inverse_focal_weight
 
@@ -100,3 +101,11 @@ def test_the_hand_written_backward_passes_gradcheck_and_gradgradcheck(name):
 
     assert gradcheck(f, (x,))
     assert gradgradcheck(f, (x,))
+
+
+def test_torch_func_grad_takes_the_composed_path_and_agrees():
+    x, y = _logits(6, seed=3)
+    for fn in (L.focal_loss, L.dual_focal_loss, L.bsce_gra_loss):
+        z = x.clone().requires_grad_()
+        fn(z, y).backward()
+        torch.testing.assert_close(torch.func.grad(lambda t: fn(t, y))(x), z.grad, atol=1e-12, rtol=1e-10)

@@ -7,8 +7,9 @@ gradient from the saved ``e`` in one more pass, as ``F.cross_entropy`` does. Wit
 ``m = max_k x_k``, ``e_k = exp(x_k − m)`` and the label's entry zeroed (``e_y`` kept aside),
 ``s = Σ_{k≠y} e_k`` and ``S = s + e_y``:
 
-* ``log p_y = x_y − m − log S`` (cross-entropy's formula), and ``−log1p(s/e_y)`` where
-  ``p_y > 1/2``, which keeps the digits of a small cross-entropy;
+* ``log p_y = (x_y − m) − log S`` (cross-entropy's formula) with ``log S = log1p(s + (e_y − 1))``,
+  which is ``−log1p(s)`` where the label's logit is the largest (``e_y = 1``, as wherever
+  ``p_y > 1/2``) and keeps the digits of a small cross-entropy;
 * ``log(1 − p_y) = log s − log S``: a sum of the other classes, no ``1 − p_y`` cancellation,
   so it keeps its digits as ``p_y → 1`` (Lin et al. (2024), §4, need it at ``γ < 1``);
 * ``log p_j``, ``p_j`` the largest probability strictly below ``p_y`` (dual focal's rival,
@@ -70,7 +71,7 @@ def _composite(x: Tensor, y: Tensor, rival: bool, brier: bool) -> tuple[Tensor, 
 
 def _safe_div(num: Tensor, den: Tensor) -> Tensor:
     """``num/den``, 0 where ``num`` is 0 (a zero upstream gradient where ``den`` underflowed)."""
-    return torch.where(num == 0, torch.zeros_like(num), num / den)
+    return torch.where(num == 0, 0.0, num / den)
 
 
 def _rival(x: Tensor, x_y: Tensor) -> Tensor:
@@ -116,7 +117,7 @@ def _stats(x: Tensor, y: Tensor, rival: bool, brier: bool) -> tuple[list[Tensor]
         e_y = log_p.exp()
         e.scatter_(1, col, 0.0)
         s = e.sum(dim=1)
-        log_big_s = None
+        big_s, log_big_s = torch.ones_like(s), None
         out = [log_p, torch.log(s)]
     else:  # narrow rows, where torch's log_softmax is slow: max, one exp, one sum
         m = x.amax(dim=1, keepdim=True)
@@ -124,12 +125,13 @@ def _stats(x: Tensor, y: Tensor, rival: bool, brier: bool) -> tuple[list[Tensor]
         e_y = e.gather(1, col).squeeze(1)
         e.scatter_(1, col, 0.0)
         s = e.sum(dim=1)
-        log_big_s = torch.log(s + e_y)
+        big_s = s + e_y
+        # log S = log1p(s + (e_y − 1)): exact in s where the label's logit is the largest (e_y = 1,
+        # as in every row with p_y > 1/2), so log p_y = −log1p(s) there keeps a small loss's
+        # digits; (x_y − m) − log S, not x_y − (m + log S), which would round at the scale of m
+        log_big_s = torch.log1p(s + (e_y - 1))
         m = m.squeeze(1)
-        # (x_y − m) − log S, not x_y − (m + log S): m + log S would round at the scale of m;
-        # where p_y > 1/2, log p_y = −log1p(s/e_y) keeps the digits that the difference loses
-        log_p = torch.where(e_y > s, -torch.log1p(s / e_y), (x_y.squeeze(1) - m) - log_big_s)
-        out = [log_p, torch.log(s) - log_big_s]
+        out = [(x_y.squeeze(1) - m) - log_big_s, torch.log(s) - log_big_s]
         if rival:
             log_j = (x.gather(1, j).squeeze(1) - m) - log_big_s
     if rival:
@@ -140,7 +142,6 @@ def _stats(x: Tensor, y: Tensor, rival: bool, brier: bool) -> tuple[list[Tensor]
         r2 = torch.linalg.vector_norm(e, dim=1).square()
         sq = r2 + s * s
         out.append(torch.log(sq) if log_big_s is None else torch.log(sq) - 2 * log_big_s)
-    big_s = torch.ones_like(s) if log_big_s is None else s + e_y
     return out, _Saved(e, e_y, s, big_s, None if j is None else j.squeeze(1), r2)
 
 
@@ -150,21 +151,23 @@ def _row_coefficients(sv: _Saved, y: Tensor, g: list[Tensor | None]) -> tuple[Te
     ``e_k (a + c e_k)`` off the label, ``label`` on it, plus ``g_j`` at the rival's column
     (``a`` already divided by ``S``; ``c`` is 0 without the Brier statistic)."""
     e_y, s, big_s = sv.e_y, sv.s, sv.big_s
-    zero = torch.zeros_like(s)
-    g_p, g_rest = (gr if gr is not None else zero for gr in g[:2])
-    a = _safe_div(g_rest * e_y, s) - g_p  # −g_p + g_rest·r
-    label = (g_p * s - g_rest * e_y) / big_s  # g_p(1 − p_y) − g_rest·p_y
+    g_p = g[0] if g[0] is not None else torch.zeros_like(s)
+    a, label = -g_p, g_p * s  # g_p(δ − p), times S: −g_p e_k off the label, g_p·s on it
+    if g[1] is not None:  # g_rest·(−r)(δ − p), r = e_y/s
+        t = g[1] * e_y
+        a = a + _safe_div(t, s)
+        label = label - t
     g_j = c = None
-    if sv.j is not None and g[2] is not None:
-        g_j = torch.where(sv.j == y, zero, g[2])  # j = y marks "no rival"
+    if sv.j is not None and g[2] is not None:  # g_j(δ_j − p)
+        g_j = torch.where(sv.j == y, 0.0, g[2])  # j = y marks "no rival"
         a = a - g_j
-        label = label - g_j * e_y / big_s
+        label = label - g_j * e_y
     if sv.r2 is not None and g[-1] is not None:
         den = sv.r2 + s * s  # B·S²
         a = a + 2 * _safe_div(g[-1] * (e_y * s - sv.r2), den)
         c = 2 * _safe_div(g[-1], den)  # of e_k², i.e. 2 g_B/B of p_k²
-        label = label - 2 * g[-1] * e_y / big_s
-    return a / big_s, label, g_j, c
+        label = label - 2 * g[-1] * e_y
+    return a / big_s, label / big_s, g_j, c
 
 
 def _assemble(e: Tensor, j: Tensor | None, y: Tensor, a: Tensor, label: Tensor, g_j: Tensor | None,
@@ -233,8 +236,10 @@ class _WeightedCE(torch.autograd.Function):
     the gradient is :func:`_assemble`'s, every per-row number computed in the forward."""
 
     @staticmethod
-    def forward(x: Tensor, y: Tensor, log_weight: LogWeight, rival: bool, brier: bool,
-                detach: bool) -> tuple[Tensor | None, ...]:
+    def forward(ctx: Any, x: Tensor, y: Tensor, log_weight: LogWeight, rival: bool, brier: bool,
+                detach: bool) -> Tensor:
+        # ctx in the forward (not setup_context): the saved numbers are no outputs, which
+        # would cost a pass of autograd bookkeeping each; torch.func goes the composed way
         out, sv = _stats(x, y, rival, brier)
         st = _with_nones(tuple(out), rival, brier)
         lam, d_lam = log_weight(st, not detach)
@@ -246,17 +251,12 @@ class _WeightedCE(torch.autograd.Function):
                 if d is not None:
                     g[i] = loss * d if g[i] is None else g[i] + loss * d
         a, label, g_j, c = _row_coefficients(sv, y, g[:2] + g[2:2 + rival] + g[3:3 + brier])
-        return loss, sv.e, None if g_j is None else sv.j, a, label, g_j, c
-
-    @staticmethod
-    def setup_context(ctx: Any, inputs: tuple[Any, ...], output: tuple[Tensor | None, ...]) -> None:
-        x, y, log_weight, rival, brier, detach = inputs
         ctx.log_weight, ctx.flags = log_weight, (rival, brier, detach)
-        ctx.save_for_backward(x, y, *output[1:])
-        ctx.mark_non_differentiable(*(t for t in output[1:] if t is not None))
+        ctx.save_for_backward(x, y, sv.e, None if g_j is None else sv.j, a, label, g_j, c)
+        return loss
 
     @staticmethod
-    def backward(ctx: Any, go: Tensor, *_: Any) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, go: Tensor) -> tuple[Tensor | None, ...]:
         x, y, e, j, a, label, g_j, c = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph: differentiate the composite formulas
             rival, brier, detach = ctx.flags
@@ -275,12 +275,12 @@ def weighted_ce(x: Tensor, y: Tensor, log_weight: LogWeight, *, rival: bool = Fa
     ``Λ = log_weight(stats)`` held constant where ``detach`` (the GRA losses).
 
     Eager, the forward and backward are :class:`_WeightedCE`'s, one node of the autograd
-    graph; under ``torch.compile`` (which fuses the per-row ops itself) or with ``autograd``
-    (Λ depends on a tensor that needs its own gradient, gamma-Net's γ) the value is composed
-    from :func:`label_stats` and autograd differentiates it.
+    graph; under ``torch.compile`` (which fuses the per-row ops itself), under ``torch.func``
+    transforms, or with ``autograd`` (Λ depends on a tensor that needs its own gradient,
+    gamma-Net's γ) the value is composed from :func:`label_stats` and autograd differentiates it.
     """
-    if autograd or torch.compiler.is_compiling():
+    if autograd or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         st = label_stats(x, y, rival=rival, brier=brier)
         lam = log_weight(st, False)[0]
         return -st.log_p * (lam.detach() if detach else lam).exp()
-    return _WeightedCE.apply(x, y, log_weight, rival, brier, detach)[0]
+    return _WeightedCE.apply(x, y, log_weight, rival, brier, detach)
