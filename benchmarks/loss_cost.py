@@ -11,8 +11,8 @@ little). Targets (issue 43): the losses that read only the label's probability a
 weight, the entropy, every logit for label smoothing and the logit norm) at most 2.5x. Where torch-uncertainty is installed its focal loss is
 timed too, and calib's focal loss is shown as a ratio to it.
 
-Run: ``python benchmarks/loss_cost.py`` (``--quick``: fewer rounds). Set ``OMP_NUM_THREADS=1``
-for the one-thread figures.
+Run: ``python benchmarks/loss_cost.py`` (``--quick``: fewer rounds; ``--only focal,flsd53``:
+those losses; ``--k 100``: that K). Set ``OMP_NUM_THREADS=1`` for the one-thread figures.
 """
 from __future__ import annotations
 
@@ -54,12 +54,15 @@ def _torch_uncertainty_focal() -> tuple[Callable[..., torch.Tensor] | None, str]
     return FocalLoss(gamma=3.0), f"torch-uncertainty {getattr(torch_uncertainty, '__version__', '?')}"
 
 
-def ratios(rounds: int) -> tuple[dict[str, dict[int, float]], str]:
+def ratios(rounds: int, only: list[str] | None = None,
+           shapes: tuple[tuple[int, int], ...] = SHAPES) -> tuple[dict[str, dict[int, float]], str]:
     """``{loss: {K: median per-round ratio to F.cross_entropy}}`` and a note on torch-uncertainty."""
     tu_focal, note = _torch_uncertainty_focal()
-    names = [n for n in losses.names() if not losses.is_batch_level(n)]
+    names = [n for n in losses.names() if not losses.is_batch_level(n)] if only is None else only
+    if "focal" not in names:
+        tu_focal, note = None, "torch-uncertainty left out (its column compares focal loss)"
     table: dict[str, dict[int, float]] = {}
-    for n, k in SHAPES:
+    for n, k in shapes:
         gen = torch.Generator().manual_seed(k)
         logits = (3 * torch.randn(n, k, generator=gen)).requires_grad_(True)
         y = torch.randint(0, k, (n,), generator=gen)
@@ -80,11 +83,19 @@ def ratios(rounds: int) -> tuple[dict[str, dict[int, float]], str]:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds")
+    parser.add_argument("--only", help="comma-separated loss names (default: every per-sample loss)")
+    parser.add_argument("--k", type=int, action="append", choices=[k for _, k in SHAPES],
+                        help="time only this K (repeatable; default: all)")
     args = parser.parse_args(argv)
+    only = None if args.only is None else [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(only or ()) - set(losses.names()))
+    if unknown:
+        parser.error(f"unknown loss(es) {', '.join(unknown)}; valid: {', '.join(losses.names())}")
+    shapes = tuple((n, k) for n, k in SHAPES if args.k is None or k in args.k)
     header("calib.losses forward+backward, ratio to F.cross_entropy on the same (N, K) logits, hard labels, CPU")
-    table, note = ratios(7 if args.quick else 21)
-    ks = [k for _, k in SHAPES]
-    print(f"shapes {', '.join(f'N={n:,} K={k:,}' for n, k in SHAPES)}; {note}")
+    table, note = ratios(7 if args.quick else 21, only, shapes)
+    ks = [k for _, k in shapes]
+    print(f"shapes {', '.join(f'N={n:,} K={k:,}' for n, k in shapes)}; {note}")
     print(f"{'loss':<40}" + "".join(f"{f'K={k}':>10}" for k in ks) + "   target")
     for name, row in table.items():
         cells = "".join(f"{row[k]:9.2f}{'x' if not name.startswith('(') else ' '}" for k in ks)

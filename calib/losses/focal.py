@@ -6,14 +6,18 @@ integer label (``hard``) and for every class as the label (``each``, used with p
 targets: ``Σ_k q_k u_k CE_k``)."""
 from __future__ import annotations
 
+from typing import Callable
+
 import torch
 from torch import Tensor
 
 from .._checks import ArrayLike, check_nonnegative
 from . import uncertainty as _u
-from ._fused import label_stats
+from ._fused import LogWeight, Stats, weighted_ce
 from ._core import IGNORE_INDEX, Reduction, _ce, _check_unit, full_precision, per_sample_loss, prepare
 from .uncertainty import Gamma, check_gamma
+
+_NEG_INF = float("-inf")
 
 
 def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -> Tensor:
@@ -21,16 +25,63 @@ def _focal_core(lp: Tensor, y: Tensor, gamma: Gamma, ce: Tensor | None = None) -
     return ce * _u._log_u_fl(lp, y, gamma, ce).exp()
 
 
-def _focal_fast(x: Tensor, y: Tensor, gamma: Gamma) -> Tensor:
-    """``−log p_y · exp(γ log(1 − p_y))`` from :func:`label_stats` (integer labels)."""
-    st = label_stats(x, y)
-    return -st.log_p * _u._times(_u._as_exponent(gamma, x), st.log_rest).exp()
+def _needs_grad(gamma: Gamma) -> bool:
+    """A γ tensor with its own gradient (gamma-Net): the loss then goes through autograd."""
+    return isinstance(gamma, Tensor) and gamma.requires_grad
 
 
-def _flsd53_fast(x: Tensor, y: Tensor, args: tuple[float, float, float]) -> Tensor:
-    st = label_stats(x, y)
-    gamma = _flsd53_gamma(st.log_p.exp(), *args)
-    return -st.log_p * (gamma * st.log_rest).exp()
+def _sigma(log_a: Tensor, log_sum: Tensor) -> Tensor:
+    """``a / Σ`` from logs, 0 where the sum is 0 (both parts −inf)."""
+    return torch.where(log_sum > _NEG_INF, (log_a - log_sum).exp(), 0.0)
+
+
+def focal_weight(gamma: Gamma) -> LogWeight:
+    """``Λ = γ log(1 − p_y)``, ``dΛ/d log(1 − p_y) = γ`` (a per-row γ is a constant here)."""
+    return lambda st, grads: (_u._times(gamma, st.log_rest), (None, gamma if grads else None, None, None))
+
+
+def flsd53_weight(args: tuple[float, float, float]) -> LogWeight:
+    """FLSD-53's ``Λ = γ_i log(1 − p_y)``, ``γ_i`` chosen from ``p_y`` and held constant."""
+    def log_weight(st: Stats, grads: bool) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        gamma = _flsd53_gamma(st.log_p.exp(), *args)
+        return gamma * st.log_rest, (None, gamma if grads else None, None, None)
+
+    return log_weight
+
+
+def dual_focal_weight(gamma: Gamma) -> LogWeight:
+    """``Λ = γ log(1 − p_y + p_j)``; ``dΛ`` = γ times the two parts' shares of the sum."""
+    def log_weight(st: Stats, grads: bool) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        has = st.log_rival > _NEG_INF  # no rival: log_sum = log(1 − p_y), without logaddexp(·, −inf),
+        rival = torch.where(has, st.log_rival, st.log_rest)  # whose second derivative is NaN
+        log_sum = torch.where(has, torch.logaddexp(st.log_rest, rival), st.log_rest)
+        lam = _u._times(gamma, log_sum)
+        if not grads:
+            return lam, (None,) * 4
+        return lam, (None, gamma * _sigma(st.log_rest, log_sum), gamma * _sigma(st.log_rival, log_sum), None)
+
+    return log_weight
+
+
+def inverse_focal_weight(gamma: Gamma) -> LogWeight:
+    """``Λ = γ log(1 + p_y)``, ``dΛ/d log p_y = γ p_y/(1 + p_y)`` (inverse focal)."""
+    def log_weight(st: Stats, grads: bool) -> tuple[Tensor, tuple[Tensor | None, ...]]:
+        p = st.log_p.exp()
+        return gamma * torch.log1p(p), ((gamma * p / (1 + p)) if grads else None, None, None, None)
+
+    return log_weight
+
+
+def brier_weight(gamma: Gamma) -> LogWeight:
+    """``Λ = (γ/2) log ‖p − y‖²`` (BSCE with β = 2), ``dΛ/d log ‖p − y‖² = γ/2``."""
+    return lambda st, grads: (_u._times(gamma, st.log_brier / 2), (None, None, None, gamma / 2 if grads else None))
+
+
+def _fused(x: Tensor, y: Tensor, gamma: Gamma, weight: Callable[[Gamma], LogWeight], detach: bool = False,
+           **stats: bool) -> Tensor:
+    """``−log p_y · exp(Λ)`` from :func:`weighted_ce`, γ on ``x``'s dtype and device."""
+    g = _u._as_exponent(gamma, x)
+    return weighted_ce(x, y, weight(g), detach=detach, autograd=_needs_grad(g) and not detach, **stats)
 
 
 @full_precision
@@ -49,7 +100,7 @@ def focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, reduct
     gamma = check_gamma(gamma, rows.x.shape[0])
     return per_sample_loss(rows, lambda lp, y: _focal_core(lp, y, gamma),
                            lambda lp, x: -lp * _u._log_u_fl_all(lp, gamma).exp(), weight, reduction,
-                           lambda x, y: _focal_fast(x, y, gamma))
+                           lambda x, y: _fused(x, y, gamma, focal_weight))
 
 
 def _flsd53_gamma(p: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
@@ -84,7 +135,8 @@ def flsd53_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.0, g
     def each(lp: Tensor, x: Tensor) -> Tensor:
         return -lp * (_flsd53_gamma(lp.exp(), *args) * _u._log_rest_all(lp)).exp()
 
-    return per_sample_loss(rows, hard, each, weight, reduction, lambda x, y: _flsd53_fast(x, y, args))
+    return per_sample_loss(rows, hard, each, weight, reduction,
+                           lambda x, y: weighted_ce(x, y, flsd53_weight(args)))
 
 
 @full_precision
@@ -106,12 +158,8 @@ def dual_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.0, r
         ce = _ce(lp, y)
         return ce * _u._log_u_dfl(lp, y, gamma, ce).exp()
 
-    def fast(x: Tensor, y: Tensor) -> Tensor:
-        st = label_stats(x, y, rival=True)
-        return -st.log_p * _u._times(_u._as_exponent(gamma, x), torch.logaddexp(st.log_rest, st.log_rival)).exp()
-
-    return per_sample_loss(rows, hard,
-                           lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction, fast)
+    return per_sample_loss(rows, hard, lambda lp, x: -lp * _u._log_u_dfl_all(lp, gamma).exp(), weight, reduction,
+                           lambda x, y: _fused(x, y, gamma, dual_focal_weight, rival=True))
 
 
 @full_precision
@@ -131,12 +179,8 @@ def inverse_focal_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 2.0
         ce = _ce(lp, y)
         return ce * (gamma * torch.log1p((-ce).exp())).exp()
 
-    def fast(x: Tensor, y: Tensor) -> Tensor:
-        log_p = label_stats(x, y).log_p
-        return -log_p * (_u._as_exponent(gamma, x) * torch.log1p(log_p.exp())).exp()
-
     return per_sample_loss(rows, hard, lambda lp, x: -lp * (g * torch.log1p(lp.exp())).exp(), weight, reduction,
-                           fast)
+                           lambda x, y: _fused(x, y, gamma, inverse_focal_weight))
 
 
 @full_precision
@@ -156,10 +200,5 @@ def bsce_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, norm: f
         ce = _ce(lp, y)
         return ce * _u._log_u_gbs(lp, y, gamma, norm, ce=ce).exp()
 
-    def fast(x: Tensor, y: Tensor) -> Tensor:  # β = 2: ‖p̂ − y‖₂^γ = exp((γ/2) log ‖p̂ − y‖²)
-        st = label_stats(x, y, brier=True)
-        return -st.log_p * _u._times(_u._as_exponent(gamma, x), st.log_brier / 2).exp()
-
-    return per_sample_loss(rows, hard,
-                           lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight, reduction,
-                           fast if norm == 2 else None)
+    return per_sample_loss(rows, hard, lambda lp, x: -lp * _u._log_u_gbs_all(lp, gamma, norm).exp(), weight,
+                           reduction, (lambda x, y: _fused(x, y, gamma, brier_weight, brier=True)) if norm == 2 else None)

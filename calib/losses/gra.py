@@ -9,9 +9,9 @@ from torch import Tensor
 
 from .._checks import ArrayLike, reads_values
 from . import uncertainty as _u
-from ._fused import Stats, label_stats
+from ._fused import weighted_ce
 from ._core import IGNORE_INDEX, Reduction, Rows, WeightFn, _ce, full_precision, per_sample_loss, prepare
-from .focal import _flsd53_args, _flsd53_gamma
+from .focal import _flsd53_args, _flsd53_gamma, _fused, brier_weight, dual_focal_weight, flsd53_weight, focal_weight
 from .uncertainty import Gamma, check_gamma
 
 
@@ -33,15 +33,6 @@ def _gra_each(lp: Tensor, log_weight_all: Callable[..., Tensor], *args: object) 
     return -lp * weight
 
 
-def _gra_fast(x: Tensor, y: Tensor, log_u: Callable[[Stats, Tensor], Tensor], rival: bool = False,
-              brier: bool = False) -> Tensor:
-    """``−log p_y · u`` with ``log u = log_u(stats, x)`` a constant, from :func:`label_stats`."""
-    st = label_stats(x, y, rival=rival, brier=brier)
-    with torch.no_grad():
-        weight = log_u(st, x).exp()
-    return -st.log_p * weight
-
-
 def _gra_loss(rows: Rows, reduction: str, weight: ArrayLike | None, log_u: Callable[..., Tensor],
               log_u_all: Callable[..., Tensor], *args: object,
               fast: Callable[[Tensor, Tensor], Tensor] | None = None) -> Tensor:
@@ -58,8 +49,8 @@ def focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 3.0, re
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return _gra_loss(rows, reduction, weight, _u._log_u_fl, _u._log_u_fl_all, gamma, fast=lambda x, y: _gra_fast(
-        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), st.log_rest)))
+    return _gra_loss(rows, reduction, weight, _u._log_u_fl, _u._log_u_fl_all, gamma,
+                     fast=lambda x, y: _fused(x, y, gamma, focal_weight, detach=True))
 
 
 def _log_u_flsd53(lp: Tensor, y: Tensor, gamma_low: float, gamma_high: float, threshold: float) -> Tensor:
@@ -85,8 +76,8 @@ def flsd53_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma_low: float = 3.
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     args = _flsd53_args(gamma_low, gamma_high, threshold)
-    return _gra_loss(rows, reduction, weight, _log_u_flsd53, _log_u_flsd53_all, *args, fast=lambda x, y: _gra_fast(
-        x, y, lambda st, x: _flsd53_gamma(st.log_p.exp(), *args) * st.log_rest))
+    return _gra_loss(rows, reduction, weight, _log_u_flsd53, _log_u_flsd53_all, *args,
+                     fast=lambda x, y: weighted_ce(x, y, flsd53_weight(args), detach=True))
 
 
 @full_precision
@@ -99,9 +90,8 @@ def dual_focal_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 5.
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma = check_gamma(gamma, rows.x.shape[0])
-    return _gra_loss(rows, reduction, weight, _u._log_u_dfl, _u._log_u_dfl_all, gamma, fast=lambda x, y: _gra_fast(
-        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), torch.logaddexp(st.log_rest, st.log_rival)),
-        rival=True))
+    return _gra_loss(rows, reduction, weight, _u._log_u_dfl, _u._log_u_dfl_all, gamma,
+                     fast=lambda x, y: _fused(x, y, gamma, dual_focal_weight, detach=True, rival=True))
 
 
 @full_precision
@@ -115,8 +105,8 @@ def bsce_gra_loss(logits: ArrayLike, targets: ArrayLike, gamma: Gamma = 4.0, nor
     """
     rows = prepare(logits, targets, reduction, ignore_index)
     gamma, norm = check_gamma(gamma, rows.x.shape[0]), _u._check_norm(norm)
-    fast = None if norm != 2 else lambda x, y: _gra_fast(  # β = 2: exp((γ/2) log ‖p̂ − y‖²)
-        x, y, lambda st, x: _u._times(_u._as_exponent(gamma, x), st.log_brier / 2), brier=True)
+    fast = None if norm != 2 else lambda x, y: _fused(  # β = 2: exp((γ/2) log ‖p̂ − y‖²)
+        x, y, gamma, brier_weight, detach=True, brier=True)
     return _gra_loss(rows, reduction, weight, _u._log_u_gbs, _u._log_u_gbs_all, gamma, norm, fast=fast)
 
 
