@@ -10,7 +10,7 @@ chapter that failed there is executed again by the build, which shows the error.
 
 The lanes are balanced greedily (longest chapter first, to the lane with less work) on
 the chapters' times: those this script measured in the last build (``TIMES``), else the
-claims audit's one-thread runs (median of ``results/audit/<chapter>/*threads1.jsonl``),
+claims audit's one-thread runs (median of ``results/audit/<chapter>/*threads1*.jsonl``),
 else ``DEFAULT_SECONDS``. At the end it prints each chapter's time, longest first.
 
 Usage: python tools/book_lanes.py --cache _build/.jupyter_cache [--lanes 2] [NOTEBOOK ...]
@@ -51,7 +51,7 @@ def expected_seconds(names: list[str]) -> dict[str, float]:
     out = {}
     for name in names:
         audit = []
-        for path in (ROOT / "results" / "audit" / name).glob("*threads1.jsonl"):
+        for path in (ROOT / "results" / "audit" / name).glob("*threads1*.jsonl"):  # any procedure
             head = json.loads(path.read_text().splitlines()[0])
             if head.get("status") == "finished" and head.get("seconds"):
                 audit.append(float(head["seconds"]))
