@@ -324,6 +324,8 @@ def test_interval_ends_share_the_decimals_of_the_wider_end():
     assert evidence.interval(-0.14, 0.0702) == "[−0.14, +0.07]"
     assert evidence.interval(-0.0881, 0.0094, " pt") == "[−0.088, +0.009] pt"
     assert evidence.interval(float("nan"), float("nan")) == "[no interval]"
+    assert evidence.interval(-10.4, -9.72, " pt") == "[−10.4, −9.7] pt"  # not "[−10, −10]"
+    assert evidence.interval(-1.0, -0.0098) == "[−1.0, −0.0098]"  # not "[−1.0, 0]"
     # round-off (a smoke run's spread of 4e-15) prints as zero, not sixteen decimals
     assert evidence.interval(-3.9e-15, 3.9e-15) == "[0, 0]"
     assert evidence.number(2.3e-6) == "+0.000002"

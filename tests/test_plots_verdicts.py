@@ -36,7 +36,8 @@ def test_grid_is_a_table_of_claims_by_conditions():
 
 
 def test_each_outcome_has_its_symbol_and_word_so_greyscale_reads():
-    cells = _cells(plots.verdict_grid(_family()))
+    grid = plots.verdict_grid(_family())
+    cells = _cells(grid)
     classes = [c for c, _ in cells]
     assert classes == ["holds", "contradicted", "waiting", "undecided", "waiting", "waiting"]
     for cls, words in cells:
@@ -44,6 +45,7 @@ def test_each_outcome_has_its_symbol_and_word_so_greyscale_reads():
             assert words[:2] == [plots.SYMBOLS[cls], cls]
     # a cell never added is outside the design: "—", not "not run yet"
     assert cells[2][1] == ["1", "of", "3", "seeds"] and cells[4][1] == ["—"]
+    assert "— no test in this cell" in str(grid)  # the legend says what the dash means
 
 
 def test_cells_show_the_corrected_difference_and_interval():
@@ -68,7 +70,7 @@ def test_recurrence_counts_the_audited_draws_with_the_same_outcome():
     assert cells[0][1][-1] == "9/10" and v["CE T > 1 at 2,500"].outcome == "holds"
     assert cells[1][1][-1] == "10/10"
     assert cells[3][1][-2:] == ["not", "audited"]
-    assert "audited draws with the same outcome" in grid.html
+    assert "k/n: in k of n audited draws the same outcome" in grid.html
     assert "/10" not in plots.verdict_grid(fam).html  # no recurrence asked, none shown
 
 

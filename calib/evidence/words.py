@@ -29,11 +29,17 @@ def number(x: float, unit: str = "", decimals: int | None = None) -> str:
 
 def interval(low: float, high: float, unit: str = "") -> str:
     """``"[−0.14, +0.07]"``: both ends to the decimals that give the wider end two
-    significant digits; ``"[no interval]"`` when there is none (one seed, no test noise)."""
+    significant digits, one more while the two ends would print alike, and an end that
+    would round to 0 with its own two digits; ``"[no interval]"`` when there is none."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return "[no interval]"
     d = _decimals(max(abs(low), abs(high)))
-    return f"[{number(low, decimals=d)}, {number(high, decimals=d)}]{unit}"
+    while d < MAX_DECIMALS and low != high and number(low, decimals=d) == number(high, decimals=d):
+        d += 1  # "[−10, −10]" hides a real width: one more decimal, "[−10.4, −9.7]"
+    ends = [number(x, decimals=d) for x in (low, high)]
+    # an end that rounds to 0 but is not 0 keeps its own two digits: "[−1.0, −0.0098]"
+    ends = [number(x) if e == "0" and x != 0 else e for x, e in zip((low, high), ends)]
+    return f"[{ends[0]}, {ends[1]}]{unit}"
 
 
 def shown(v: Verdict, up: str = "rise", down: str = "fall") -> str:

@@ -114,7 +114,7 @@ def _cell(v: Verdict | str, recurrence: Mapping[str, Sequence[str]] | None) -> t
     return f'<td class="calib-{v.outcome}" title="{title}">{"".join(parts)}</td>', text
 
 
-def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None) -> str:
+def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None, blank: bool = False) -> str:
     verdicts = family.verdicts()
     levels = {1 - (2 * v.alpha if v.direction == "equivalent" else v.alpha) for v in verdicts}
     level = f"{100 * levels.pop():.0f} % " if len(levels) == 1 else ""
@@ -123,7 +123,9 @@ def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None) -> s
     if len(verdicts) > 1:
         said += f"; outcomes corrected together ({family.method.capitalize()}, {len(verdicts)} tests)"
     if recurrence is not None:
-        said += "; audited draws with the same outcome"
+        said += "; k/n: in k of n audited draws the same outcome"
+    if blank:
+        said += "; — no test in this cell"
     return said
 
 
@@ -159,7 +161,8 @@ def verdict_grid(family: Family, *, title: str = "", row_label: str = "claim",
             texts.append(f"{col}: {text}")
         body.append(f'<tr><th scope="row">{html.escape(row)}</th>{"".join(tds)}</tr>')
         lines.append(f"{row}: " + "; ".join(texts))
-    legend = _legend(family, recurrence)
+    blank = any((row, col) not in cells for row in rows for col in family.columns)
+    legend = _legend(family, recurrence, blank)
     # title and legend above the scrolling box, so that they wrap to a phone's width
     top = (f'<div class="calib-title">{html.escape(title)}</div>' if title else "")
     top += f'<div class="calib-legend">{html.escape(legend)}</div>'
