@@ -34,3 +34,15 @@ def test_make_book_fills_the_cache_in_lanes_then_builds_from_it_reporting_claims
     assert "tools/book_lanes.py --cache $(NB_CACHE)" in steps[1] and "CALIB_CLAIMS=report" in steps[1]
     assert "book-html" in steps[2] and "CALIB_CLAIMS=report" in steps[2]
     assert "--report" in steps[3]
+
+
+def test_a_fresh_clone_balances_on_the_committed_times(tmp_path, monkeypatch):
+    """Without a last build's times, the committed fresh-clone times balance the lanes: the
+    audit's AMD medians once put 653 s in one lane and 342 s in the other."""
+    monkeypatch.setattr(book_lanes, "TIMES", tmp_path / "none.json")
+    names = [p.stem for p in book_lanes.notebooks()]
+    committed = book_lanes.json.loads(book_lanes.COMMITTED.read_text())
+    times = book_lanes.expected_seconds(names)
+    assert {n: times[n] for n in committed if n in times} == {n: t for n, t in committed.items() if n in times}
+    loads = sorted(sum(times[n] for n in lane) for lane in book_lanes.split(times, 2))
+    assert loads[1] - loads[0] <= max(times.values()) / 2

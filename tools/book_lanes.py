@@ -9,9 +9,10 @@ so book/conftest.py stores each chapter in the cache once all its cells passed; 
 chapter that failed there is executed again by the build, which shows the error.
 
 The lanes are balanced greedily (longest chapter first, to the lane with less work) on
-the chapters' times: those this script measured in the last build (``TIMES``), else the
-claims audit's one-thread runs (median of ``results/audit/<chapter>/*threads1*.jsonl``),
-else ``DEFAULT_SECONDS``. At the end it prints each chapter's time, longest first.
+the chapters' times: those this script measured in the last build (``TIMES``), else those
+of a fresh clone's build committed in ``tools/book_times.json``, else the claims audit's
+one-thread runs (median of ``results/audit/<chapter>/*threads1*.jsonl``), else
+``DEFAULT_SECONDS``. At the end it prints each chapter's time, longest first.
 
 Usage: python tools/book_lanes.py --cache _build/.jupyter_cache [--lanes 2] [NOTEBOOK ...]
        python tools/book_lanes.py --report
@@ -31,6 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMES = ROOT / "_build" / "book-times.json"  # the last build's measured seconds per chapter
+# A fresh clone's build, measured (one thread, Intel Xeon, session 12): a fresh clone has no
+# TIMES yet, and the audit's medians (AMD, slower and busier) had put 653 s in one lane and
+# 342 s in the other.
+COMMITTED = ROOT / "tools" / "book_times.json"
 # Rough one-thread seconds of the pages the audit does not run (it runs the training chapters).
 DEFAULT_SECONDS = {"01_measuring_calibration": 180.0, "07_bsce_gra": 90.0, "14_when_losses_help": 60.0,
                    "evidence": 60.0, "quickstart": 30.0}
@@ -47,7 +52,8 @@ def notebooks() -> list[Path]:
 
 
 def expected_seconds(names: list[str]) -> dict[str, float]:
-    measured = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    measured = json.loads((TIMES if TIMES.exists() else COMMITTED).read_text()) \
+        if TIMES.exists() or COMMITTED.exists() else {}
     out = {}
     for name in names:
         audit = []
@@ -158,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def report() -> None:
     """Each chapter's time in the last build, longest first (``make book`` ends with it)."""
-    measured = json.loads(TIMES.read_text()) if TIMES.exists() else {}
+    measured = json.loads((TIMES if TIMES.exists() else COMMITTED).read_text()) \
+        if TIMES.exists() or COMMITTED.exists() else {}
     print("chapter execution times (one thread, two lanes):")
     for name, seconds in sorted(measured.items(), key=lambda kv: -kv[1]):
         print(f"  {name:34s} {seconds:7.0f} s")
