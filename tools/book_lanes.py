@@ -52,8 +52,8 @@ def notebooks() -> list[Path]:
 
 
 def expected_seconds(names: list[str]) -> dict[str, float]:
-    measured = json.loads((TIMES if TIMES.exists() else COMMITTED).read_text()) \
-        if TIMES.exists() or COMMITTED.exists() else {}
+    source = TIMES if TIMES.exists() else COMMITTED
+    measured = json.loads(source.read_text()) if source.exists() else {}
     out = {}
     for name in names:
         audit = []
@@ -164,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def report() -> None:
     """Each chapter's time in the last build, longest first (``make book`` ends with it)."""
-    measured = json.loads((TIMES if TIMES.exists() else COMMITTED).read_text()) \
-        if TIMES.exists() or COMMITTED.exists() else {}
+    source = TIMES if TIMES.exists() else COMMITTED
+    measured = json.loads(source.read_text()) if source.exists() else {}
     print("chapter execution times (one thread, two lanes):")
     for name, seconds in sorted(measured.items(), key=lambda kv: -kv[1]):
         print(f"  {name:34s} {seconds:7.0f} s")
