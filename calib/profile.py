@@ -302,7 +302,8 @@ def verdict(v: Any) -> Any:
 # How often an outcome recurred in the claims audit (make audit; calib.experiments.audit writes
 # results/audit/<chapter>/offset<k>-threads<t>.jsonl). A draw is a seed offset: it draws the
 # seeds and, in a chapter that seeds its splits with the offset, the training and validation
-# images. Its thread settings count once when they give the same outcome, else each counts.
+# images. A draw gave an outcome when every thread setting it ran at gave it; a draw whose
+# thread settings disagree is "split" and counts for no outcome (n counts draws, never runs).
 AUDIT_ROOT = Path(__file__).resolve().parents[1] / "results" / "audit"
 _CHAPTER: str | None = None  # set by describe(chapter)
 _PROCEDURE = 1  # set by describe(procedure=)
@@ -328,6 +329,7 @@ class Recurrence:
     outcome: str
     k: int
     n: int
+    split: int = 0  # draws whose thread settings disagreed (counted in n, never in k)
 
     @property
     def lower(self) -> float:
@@ -340,8 +342,9 @@ class Recurrence:
     def __str__(self) -> str:
         if self.n == 0:
             return "not audited yet (make audit)"
+        split = (f"; {self.split} of them split between thread settings" if self.split else "")
         return (f"{self.outcome} in {self.k} of {self.n} audited draws "
-                f"(recurrence rate >= {100 * self.lower:.0f} % at 95 %)")
+                f"(recurrence rate >= {100 * self.lower:.0f} % at 95 %{split})")
 
 
 def _clopper_pearson_lower(k: int, n: int, alpha: float = 0.05) -> float:
@@ -373,11 +376,18 @@ def audit_draws(text: str, chapter: str | None = None, root: str | os.PathLike |
     return [by_offset[k] for k in sorted(by_offset)]
 
 
+def draw_outcomes(text: str, chapter: str | None = None, root: str | os.PathLike | None = None) -> list[str]:
+    """One outcome per audited draw of ``text``: the outcome its every execution recorded,
+    or ``"split"`` where its thread settings disagreed (that draw decides nothing)."""
+    return [next(iter(d)) if len(d) == 1 else "split" for d in audit_draws(text, chapter, root)]
+
+
 def recurrence(text: str, outcome: str, chapter: str | None = None,
                root: str | os.PathLike | None = None) -> Recurrence:
-    """How many audited draws gave ``outcome`` for ``text``, out of how many (:class:`Recurrence`)."""
-    draws = audit_draws(text, chapter, root)
-    return Recurrence(outcome, sum(outcome in d for d in draws), sum(len(d) for d in draws))
+    """How many audited draws gave ``outcome`` for ``text`` at every thread setting, out of
+    how many draws (:class:`Recurrence`)."""
+    draws = draw_outcomes(text, chapter, root)
+    return Recurrence(outcome, draws.count(outcome), len(draws), draws.count("split"))
 
 
 def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:

@@ -66,16 +66,18 @@ def _audit_file(folder, offset, threads, outcomes):
     (folder / f"offset{offset}-threads{threads}.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
 
 
-def test_recurrence_counts_a_seed_offset_once_when_its_thread_settings_agree(tmp_path):
+def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path):
     folder = tmp_path / "ch"
     for offset in (100, 200, 300):
         for threads in (1, 2):
             _audit_file(folder, offset, threads, [("A below B", "holds"), ("C", "holds")])
     _audit_file(folder, 400, 1, [("A below B", "holds")])
-    _audit_file(folder, 400, 2, [("A below B", "undecided")])  # the threads disagree: two draws
+    _audit_file(folder, 400, 2, [("A below B", "undecided")])  # the threads disagree: a split draw
     r = profile.recurrence("A below B", "holds", chapter="ch", root=tmp_path)
-    assert (r.k, r.n) == (4, 5) and not r.every_draw
-    assert "holds in 4 of 5 audited draws" in str(r)
+    assert (r.k, r.n, r.split) == (3, 4, 1) and not r.every_draw  # n counts draws, never runs
+    assert "holds in 3 of 4 audited draws" in str(r) and "1 of them split" in str(r)
+    assert profile.draw_outcomes("A below B", chapter="ch", root=tmp_path) == ["holds"] * 3 + ["split"]
+    assert profile.recurrence("A below B", "undecided", chapter="ch", root=tmp_path).k == 0
     every = profile.recurrence("C", "holds", chapter="ch", root=tmp_path)
     assert (every.k, every.n) == (3, 3) and every.every_draw
     assert every.lower == pytest.approx(0.05 ** (1 / 3), abs=1e-9)  # k = n: alpha^(1/n)

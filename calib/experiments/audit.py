@@ -152,9 +152,9 @@ def hold_rates(root: str | os.PathLike | None = None) -> Any:
     how many draws it held,
     the hold rate over draws and its one-sided 95 % lower bound.
 
-    A draw is a seed offset; its thread settings count once when they give the same
-    outcome, else each counts (:func:`calib.profile.recurrence`, which the chapters print
-    under each verdict, counts the same way).
+    A draw is a seed offset; it held when every thread setting it ran at recorded
+    ``holds`` (:func:`calib.profile.recurrence`, which the chapters print under each
+    verdict, counts the same way).
     """
     import pandas as pd
 
@@ -168,7 +168,7 @@ def hold_rates(root: str | os.PathLike | None = None) -> Any:
     rows = []
     for (chapter, kind, claim), group in frame.groupby(["chapter", "kind", "claim"], sort=False):
         draws = [set(o) for _, o in group.groupby("seed_offset")["outcome"]]
-        rec = Recurrence("holds", sum("holds" in d for d in draws), sum(len(d) for d in draws))
+        rec = Recurrence("holds", sum(d == {"holds"} for d in draws), len(draws))
         rows.append({"chapter": chapter, "kind": kind, "claim": claim, "runs": len(group), "draws": rec.n,
                      "held": rec.k, "hold rate": rec.k / rec.n, "lower 95 %": rec.lower,
                      "outcomes": ", ".join(f"{k} {v}" for k, v in group["outcome"].value_counts().items())})

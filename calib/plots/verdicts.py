@@ -73,8 +73,9 @@ def audited_outcomes(chapter: str, root: str | None = None) -> dict[str, list[st
     """``{claim text: [outcome of each audited draw]}`` for one chapter's verdicts, from the
     audit's records (``results/audit``): the ``recurrence`` argument of :func:`verdict_grid`.
 
-    A draw is a seed offset; its thread settings count once when they agree, as in
-    :func:`calib.profile.recurrence`, which prints the same count under each verdict.
+    A draw is a seed offset; it gave an outcome when all its thread settings gave it, else it
+    is ``"split"`` (:func:`calib.profile.draw_outcomes`, which :func:`calib.profile.recurrence`
+    counts under each verdict).
     """
     from .. import profile
     from ..experiments import audit
@@ -82,8 +83,7 @@ def audited_outcomes(chapter: str, root: str | None = None) -> dict[str, list[st
     texts = dict.fromkeys(rec["claim"] for rec in audit.records(root)
                           if rec.get("chapter") == chapter and rec.get("kind") == "verdict" and rec.get("claim"))
     folder = None if root is None else Path(root) / audit.AUDIT_DIR
-    return {text: [o for draw in profile.audit_draws(text, chapter, folder) for o in sorted(draw)]
-            for text in texts}
+    return {text: profile.draw_outcomes(text, chapter, folder) for text in texts}
 
 
 def _recurrence(v: Verdict, recurrence: Mapping[str, Sequence[str]] | None) -> str | None:
@@ -123,7 +123,7 @@ def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None, blan
     if len(verdicts) > 1:
         said += f"; outcomes corrected together ({family.method.capitalize()}, {len(verdicts)} tests)"
     if recurrence is not None:
-        said += "; k/n: in k of n audited draws the same outcome"
+        said += "; k/n: in k of n audited draws the same outcome at every thread setting"
     if blank:
         said += "; — no test in this cell"
     return said
