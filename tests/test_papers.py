@@ -28,6 +28,9 @@ EXPECTED_COUNTS = {
     # Mukhoti et al. (2020) Table 1: 10 dataset-model rows (CIFAR-100 × 4, CIFAR-10 × 4,
     # Tiny-ImageNet, SST) × 5 methods (CE, Brier, MMCE, LS-0.05, focal γ=3) × pre/post T.
     ("mukhoti2020focal", "1"): 10 * 5 * 2,
+    # Mukhoti et al. (2020) Table C.3 (test error): only the two cells chapter 2 quotes,
+    # CIFAR-10 ResNet-50 with CE and with focal γ = 3.
+    ("mukhoti2020focal", "C.3"): 2,
 }
 
 
@@ -71,6 +74,8 @@ def test_spot_checks_quoted_in_design_section_7():
     assert (_one(**muk, method="ce", ts="pre")["value"], ce_post["value"], ce_post["temperature"]) == (4.35, 1.35, 2.5)
     fl_post = _one(**muk, method="focal", ts="post")
     assert (_one(**muk, method="focal", ts="pre")["value"], fl_post["value"], fl_post["temperature"]) == (1.48, 1.42, 1.1)
+    error = {r["method"]: r["value"] for r in papers.results(table="C.3", **muk | {"metric": "error"})}
+    assert error == {"ce": 4.95, "focal": 5.25}
     pearson = {r["method"]: r["value"] for r in papers.results(table="s4.3")}
     assert pearson == {"bsce": 0.664, "dual_focal": 0.638, "focal": 0.550}
 

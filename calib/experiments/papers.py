@@ -2,7 +2,8 @@
 
 ``paper_results.csv`` (package data) holds every number of Lin et al. (2024) Table 1 and
 §4.3 (Pearson coefficients), Wang & Golebiowski (2024) Table 1, Wang et al. (2021)
-Tables 1-2 and Mukhoti et al. (2020) Table 1, one row per number, as printed. Chapters read
+Tables 1-2 and Mukhoti et al. (2020) Table 1 (and the two cells of its Table C.3 that the
+book quotes), one row per number, as printed. Chapters read
 it instead of typing a paper's number::
 
     from calib.experiments import papers
@@ -17,8 +18,8 @@ Schema (one row per printed number; ``#`` lines at the top of the file are comme
 column          meaning
 ==============  ============================================================================
 paper           bib key in ``book/references.bib`` (:data:`PAPERS` gives the reader's name)
-table           the paper's table number as a string (``"1"``, ``"2"``), or ``"s4.3"`` for a
-                number quoted in the text of §4.3
+table           the paper's table number as a string (``"1"``, ``"2"``, ``"C.3"``), or
+                ``"s4.3"`` for a number quoted in the text of §4.3
 dataset         calib's dataset name (``calib.data.datasets()``), or one of
                 :data:`PAPER_ONLY_DATASETS` for data calib does not load
 model           calib's model name (``calib.models.names()``) of the network the number came
