@@ -61,7 +61,7 @@ def _project() -> dict:
 
 
 def _names(reqs: list[str]) -> set[str]:
-    return {re.split(r"[<>=\[ ;]", _norm(r))[0] for r in reqs}
+    return {re.split(r"[<>=~!\[ ;]", _norm(r))[0] for r in reqs}
 
 
 def test_the_distribution_name_is_ours_and_the_core_is_torch_numpy_tqdm():
@@ -283,3 +283,35 @@ def test_make_api_builds_every_api_page_and_executes_nothing(tmp_path):
     pages = {toc["root"], *(c["file"] for c in toc["chapters"])}
     assert pages == {f"book/api/{p.stem}" for p in (ROOT / "book" / "api").glob("*.md")}
     assert "api:" in (ROOT / "Makefile").read_text()
+
+
+def _reachable(extra: str) -> set[str]:
+    """The package names an extra installs, following its self-references (torch-calib[a,b])."""
+    extras, names, todo, seen = _project()["optional-dependencies"], set(), [extra], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for req in extras[name]:
+            if _norm(req).startswith("torch-calib["):
+                todo += _norm(req).split("[", 1)[1].split("]", 1)[0].split(",")
+            else:
+                names |= _names([req])
+    return names
+
+
+def test_the_course_extra_leaves_torchvision_out_and_brings_a_kernel():
+    """Issue 44: a course-only build on a CPU torch. PyPI's torchvision pins its own torch, a CUDA
+    build that can replace the CPU one, and no assignment needs it; grading runs a python3 kernel."""
+    course = _reachable("course")
+    assert "torchvision" not in course and "pillow" not in course
+    assert {"otter-grader", "ipykernel", "scipy", "scikit-learn", "sympy", "pandas", "matplotlib"} <= course
+    assert "torchvision" in _reachable("all")  # the check above can fail
+    page = (ROOT / "book/coursework/instructors.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", page, re.S) if '".[course]"' in b)
+    lines = block.splitlines()
+    torch = next(i for i, l in enumerate(lines) if "pip install" in l and "torch" in l)
+    assert "--index-url https://download.pytorch.org/whl/cpu" in lines[torch]
+    assert torch < next(i for i, l in enumerate(lines) if '".[course]"' in l)
+    assert "pip uninstall -y playwright" in block  # otter's PDF export: unused, 165 MiB
