@@ -60,6 +60,19 @@ def test_cells_show_the_corrected_difference_and_interval():
     assert str(grid).splitlines()[1].startswith("CE over-confident: 2,500: ✓ ")
 
 
+def test_legend_counts_hypotheses_where_an_equivalence_claim_brings_two():
+    fam = _family()  # three one-sided verdicts: three hypotheses, "3 tests"
+    fam.add("focal <T> 1", "10,000", [1.01, 0.99, 1.00], 1.0, "focal T within 0.1 of 1",
+            direction="equivalent", margin=0.1)
+    verdicts = fam.verdicts()
+    assert len(verdicts) == 4 and {v.family_size for v in verdicts} == {5}  # p and p_beyond
+    grid = plots.verdict_grid(fam)
+    assert "Holm, 4 verdicts, 5 hypotheses" in grid.html and "tests)" not in grid.html
+    one = evidence.Family(["a"], min_n=3)  # one equivalence verdict is still a family of two
+    one.add("r", "a", [1.01, 0.99, 1.00], 1.0, "T within 0.1 of 1", direction="equivalent", margin=0.1)
+    assert "Holm, 1 verdict, 2 hypotheses" in str(plots.verdict_grid(one))
+
+
 def test_recurrence_counts_the_audited_draws_with_the_same_outcome():
     fam = _family()
     v = {x.claim: x for x in fam.verdicts()}

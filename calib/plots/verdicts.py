@@ -120,8 +120,14 @@ def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None, blan
     level = f"{100 * levels.pop():.0f} % " if len(levels) == 1 else ""
     said = (f"✓ holds · ✗ contradicted · ? undecided; each cell: the difference "
             f"[{level}interval per comparison]")
-    if len(verdicts) > 1:
-        said += f"; outcomes corrected together ({family.method.capitalize()}, {len(verdicts)} tests)"
+    # decide() corrects hypotheses, not verdicts: an equivalence claim brings two ("within"
+    # and "beyond" its margin), and a verdict with nothing to measure its noise brings none
+    hypotheses = max((v.family_size for v in verdicts), default=0)
+    if len(verdicts) > 1 or hypotheses > 1:
+        n = len(verdicts)
+        size = (f"{n} tests" if hypotheses == n else
+                f"{n} verdict{'s' * (n != 1)}, {hypotheses} hypothes{'i' if hypotheses == 1 else 'e'}s")
+        said += f"; outcomes corrected together ({family.method.capitalize()}, {size})"
     if recurrence is not None:
         said += "; k/n: in k of n audited draws the same outcome at every thread setting"
     if blank:
@@ -139,7 +145,10 @@ def verdict_grid(family: Family, *, title: str = "", row_label: str = "claim",
     digits); a cell still waiting for runs shows its note ("1 of 3 seeds", "not run yet").
     ``recurrence``: ``{claim text: audited outcomes}`` (:func:`audited_outcomes`); each
     cell then adds how many audited draws reached its outcome ("10/10"), or
-    "not audited". Returns a :class:`VerdictGrid` (HTML in a notebook, text in ``str``).
+    "not audited". The legend counts the verdicts the correction decided and, where the
+    number differs, the hypotheses it adjusted (an equivalence claim brings two, "within"
+    and "beyond" its margin: "24 verdicts, 26 hypotheses").
+    Returns a :class:`VerdictGrid` (HTML in a notebook, text in ``str``).
     """
     if not isinstance(family, Family):
         raise TypeError(f"family must be a calib.evidence.Family, got {type(family).__name__}")
