@@ -399,6 +399,22 @@ def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
     return f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
 
 
+NO_AUDIT_RECORD = "the audit holds no record of this version of the chapter yet"
+
+
+def audit_clause(text: str, outcome: str, chapter: str | None = None,
+                 root: str | os.PathLike | None = None) -> str:
+    """For prose (glue it), a whole clause: "the audit found the same in every one of the 5
+    audited draws" (or "in 3 of 5 audited draws"), or :data:`NO_AUDIT_RECORD` while the audit
+    holds no draw of the chapter's current procedure, where "found the same in no audited
+    draw yet" would read as a failure."""
+    r = recurrence(text, outcome, chapter, root)
+    if r.n == 0:
+        return NO_AUDIT_RECORD
+    where = f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
+    return f"the audit found the same {where}"
+
+
 def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:
     """One sentence for a chapter's prose (glue it): how often the claims audit executed the
     chapter and whether each asserted claim held in every execution, read from the records."""

@@ -83,6 +83,10 @@ def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path):
     assert every.lower == pytest.approx(0.05 ** (1 / 3), abs=1e-9)  # k = n: alpha^(1/n)
     assert profile.recurrence("never printed", "holds", chapter="ch", root=tmp_path).n == 0
     assert "not audited" in str(profile.recurrence("never printed", "holds", chapter="ch", root=tmp_path))
+    assert profile.audit_clause("C", "holds", chapter="ch", root=tmp_path) == (
+        "the audit found the same in every one of the 3 audited draws")
+    assert profile.audit_clause("A below B", "holds", chapter="ch", root=tmp_path).endswith("in 3 of 4 audited draws")
+    assert profile.audit_clause("never printed", "holds", chapter="ch", root=tmp_path) == profile.NO_AUDIT_RECORD
 
 
 def test_clopper_pearson_lower_bound_matches_scipy():
