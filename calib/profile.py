@@ -390,13 +390,21 @@ def recurrence(text: str, outcome: str, chapter: str | None = None,
     return Recurrence(outcome, draws.count(outcome), len(draws), draws.count("split"))
 
 
+def _draws_phrase(r: Recurrence) -> str:
+    """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws", with the split draws."""
+    where = f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
+    if r.split:
+        rest = "the other one" if r.split == 1 else f"the other {r.split}"
+        where += (f" ({rest} split between thread settings)" if r.k + r.split == r.n
+                  else f" ({r.split} of them split between thread settings)")
+    return where
+
+
 def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
-    """For prose (glue it): "in every one of the 5 audited draws", "in 3 of 5 audited draws", or
-    "in no audited draw yet"."""
+    """For prose (glue it): "in every one of the 5 audited draws", "in 3 of 5 audited draws"
+    (naming the draws split between thread settings), or "in no audited draw yet"."""
     r = recurrence(text, outcome, chapter)
-    if r.n == 0:
-        return "in no audited draw yet"
-    return f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
+    return "in no audited draw yet" if r.n == 0 else _draws_phrase(r)
 
 
 NO_AUDIT_RECORD = "the audit holds no record of this version of the chapter yet"
@@ -409,10 +417,7 @@ def audit_clause(text: str, outcome: str, chapter: str | None = None,
     holds no draw of the chapter's current procedure, where "found the same in no audited
     draw yet" would read as a failure."""
     r = recurrence(text, outcome, chapter, root)
-    if r.n == 0:
-        return NO_AUDIT_RECORD
-    where = f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
-    return f"the audit found the same {where}"
+    return NO_AUDIT_RECORD if r.n == 0 else f"the audit found the same {_draws_phrase(r)}"
 
 
 def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:

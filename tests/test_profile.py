@@ -66,7 +66,7 @@ def _audit_file(folder, offset, threads, outcomes):
     (folder / f"offset{offset}-threads{threads}.jsonl").write_text("\n".join(map(json.dumps, lines)) + "\n")
 
 
-def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path):
+def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path, monkeypatch):
     folder = tmp_path / "ch"
     for offset in (100, 200, 300):
         for threads in (1, 2):
@@ -78,6 +78,9 @@ def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path):
     assert "holds in 3 of 4 audited draws" in str(r) and "1 of them split" in str(r)
     assert profile.draw_outcomes("A below B", chapter="ch", root=tmp_path) == ["holds"] * 3 + ["split"]
     assert profile.recurrence("A below B", "undecided", chapter="ch", root=tmp_path).k == 0
+    monkeypatch.setattr(profile, "AUDIT_ROOT", tmp_path)  # the prose names the split draw too
+    assert profile.recurrence_text("A below B", "holds", chapter="ch") == (
+        "in 3 of 4 audited draws (the other one split between thread settings)")
     every = profile.recurrence("C", "holds", chapter="ch", root=tmp_path)
     assert (every.k, every.n) == (3, 3) and every.every_draw
     assert every.lower == pytest.approx(0.05 ** (1 / 3), abs=1e-9)  # k = n: alpha^(1/n)
@@ -85,7 +88,7 @@ def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path):
     assert "not audited" in str(profile.recurrence("never printed", "holds", chapter="ch", root=tmp_path))
     assert profile.audit_clause("C", "holds", chapter="ch", root=tmp_path) == (
         "the audit found the same in every one of the 3 audited draws")
-    assert profile.audit_clause("A below B", "holds", chapter="ch", root=tmp_path).endswith("in 3 of 4 audited draws")
+    assert profile.audit_clause("A below B", "holds", chapter="ch", root=tmp_path).endswith("in 3 of 4 audited draws (the other one split between thread settings)")
     assert profile.audit_clause("never printed", "holds", chapter="ch", root=tmp_path) == profile.NO_AUDIT_RECORD
 
 
