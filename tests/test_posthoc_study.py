@@ -102,6 +102,17 @@ def test_fits_that_warn_are_counted():
     assert sep.set_index("method").separable.groupby(level=0).first()["matrix"]
 
 
+def test_a_map_that_separates_an_imperfect_models_data_is_counted_separable():
+    """Referee 12-1: the flag matched the old message's text, so a fitted map that separates
+    the data of a model right on 3 samples in 4 was never counted (chapter 12 printed 0 of 9)."""
+    a = torch.tensor([0.5, 0.6, 0.7, 1.5] * 10, dtype=torch.float64)
+    g, y = torch.stack([a, torch.zeros_like(a)], dim=1), (a > 1).long()
+    df = ps.compare_calibrators({"matrix": posthoc.MatrixScaling,
+                                 "temperature": posthoc.TemperatureScaling}, g, y, g, y, n_boot=5)
+    flags = df.groupby("method")["separable"].first()
+    assert flags["matrix"] and not flags["temperature"] and not flags["none"]
+
+
 def test_floor_table_counts_the_float16_floor():
     t = ps.floor_table(["wrn16_4_cifar10", "lenet5_cifar100"])
     assert t.loc["wrn16_4_cifar10", "entries at floor (%)"] > 10

@@ -135,9 +135,10 @@ def _fit(make: Callable[[], Any], gv: Tensor, yv: Tensor) -> tuple[Any, dict[str
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", RuntimeWarning)
         cal = make().fit(gv, yv)
-    raised = [str(w.message) for w in caught if issubclass(w.category, RuntimeWarning)]
-    return cal, {"warnings": len(raised), "unconverged": any("did not converge" in m for m in raised),
-                 "separable": any("every validation prediction is correct" in m for m in raised)}
+    raised = [w for w in caught if issubclass(w.category, RuntimeWarning)]
+    return cal, {"warnings": len(raised),
+                 "unconverged": any("did not converge" in str(w.message) for w in raised),
+                 "separable": any(issubclass(w.category, posthoc.SeparationWarning) for w in raised)}
 
 
 _NO_FIT = {"warnings": 0, "unconverged": False, "separable": False}

@@ -41,7 +41,7 @@ from .._optional import need
 
 need("posthoc", "calib.posthoc")
 
-from ._base import CalibrationModule, Calibrator, NotFittedError
+from ._base import CalibrationModule, Calibrator, NotFittedError, SeparationWarning
 from .binning import HistogramBinning, HistogramBinningModule
 from .ensemble import EnsembleTemperatureScaling, EnsembleTemperatureScalingModule
 from .isotonic import IsotonicCalibration, IsotonicCalibrationModule
@@ -58,6 +58,7 @@ from .temperature import (
 
 __all__ = [
     "NotFittedError",
+    "SeparationWarning",
     "T_LIMIT",
     "default_grid",
     "temperature_scale",

@@ -22,6 +22,12 @@ class NotFittedError(ValueError, AttributeError):
     """A calibrator was used before ``fit`` (like scikit-learn's ``NotFittedError``)."""
 
 
+class SeparationWarning(RuntimeWarning):
+    """A fit's validation data are separated (every example classified correctly), so its
+    unregularised NLL has no finite minimiser and the fitted parameters are wherever the
+    optimiser stopped. A subclass of ``RuntimeWarning``: catch it by category, not by text."""
+
+
 def _logits_labels(logits: ArrayLike, labels: ArrayLike) -> tuple[Tensor, Tensor]:
     """Validated ``(N, K)`` logits (probabilities refused) and int64 labels on their device."""
     g = check_logits(logits, "logits", refuse_probs=True)

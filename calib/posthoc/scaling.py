@@ -34,6 +34,7 @@ from .._checks import ArrayLike, check_nonnegative, check_positive_int
 from ._base import (
     CalibrationModule,
     Calibrator,
+    SeparationWarning,
     check_logits_like,
     fit_inputs,
     like_input,
@@ -73,7 +74,7 @@ def _warn_if_separated(who: str, model_right: Tensor, map_right: Tensor) -> None
         f"{why}, so {who}'s NLL falls towards 0 as its weights grow and has no finite minimiser; the fit "
         "stopped where the optimiser did. Use a larger or harder validation set, or regularise "
         "(off_diagonal, intercept > 0)",
-        RuntimeWarning,
+        SeparationWarning,
         stacklevel=3,
     )
 

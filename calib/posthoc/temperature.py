@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 from .. import metrics
 from .._checks import ArrayLike, check_logits, check_positive, check_positive_int
-from ._base import CalibrationModule, Calibrator, NotFittedError, _logits_labels, like_input, minimise_lbfgs, not_fitted
+from ._base import (CalibrationModule, Calibrator, NotFittedError, SeparationWarning, _logits_labels, like_input,
+                    minimise_lbfgs, not_fitted)
 
 __all__ = [
     "NotFittedError",
@@ -169,7 +170,7 @@ def fit_temperature(
             "every validation prediction is correct, so the NLL keeps falling as T -> 0 and has no "
             f"finite minimiser; T = {t:.3g} is where the search stopped. Use a harder validation set "
             'or method="grid"',
-            RuntimeWarning,
+            SeparationWarning,
             stacklevel=2,
         )
     if not math.isfinite(t) or not 1 / T_LIMIT <= t <= T_LIMIT:
