@@ -206,6 +206,15 @@ def test_detectable_difference_without_test_term_is_the_paired_t():
         assert dd == pytest.approx(es * sd, rel=1e-6)
 
 
+def test_detectable_difference_at_a_strict_level_is_finite():
+    # a Holm step of a family of 5 at 10 seeds: the solver passes a noncentrality near 8,
+    # where scipy's nct.cdf is NaN (the wrong-sign tail is taken from the sf instead)
+    dd = evidence.detectable_difference(5000, 10, seed_sd=2 / math.sqrt(2), test_sd=0.0,
+                                        test_term=False, alpha=0.05 / 5)
+    assert math.isfinite(dd) and 1.5 < dd < 4.0
+    assert evidence.power._nct_power(dd, 10, 2 / math.sqrt(10), 0.01) == pytest.approx(0.8)
+
+
 def test_the_test_term_costs_power_and_sharing_moves_it():
     # at 10 seeds the double-counted test noise costs power; at 3 the bootstrap's many df
     # (Satterthwaite) outweigh it, and the test term decides smaller differences than t(2)

@@ -93,7 +93,9 @@ def detectable_difference(n_test: int, n_seeds: int, *, metric: str = "ece", see
 
 def _nct_power(delta: float, n: int, sd: float, alpha: float) -> float:
     crit, nc = stats.t.ppf(1 - alpha / 2, n - 1), delta / sd
-    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.cdf(-crit, n - 1, nc))
+    # the wrong-sign tail P(T < −crit) as P(T' > crit), T' of noncentrality −nc: scipy's
+    # nct.cdf returns NaN there once nc is large (near 8 at 9 df), the sf does not
+    return float(stats.nct.sf(crit, n - 1, nc) + stats.nct.sf(crit, n - 1, -nc))
 
 
 def _solve(power_at, power: float, scale: float) -> float:  # noqa: ANN001  (a callable of one float)
