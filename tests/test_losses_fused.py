@@ -114,3 +114,21 @@ def test_torch_func_grad_takes_the_composed_path_and_agrees():
         z = x.clone().requires_grad_()
         fn(z, y).backward()
         torch.testing.assert_close(torch.func.grad(lambda t: fn(t, y))(x), z.grad, atol=1e-12, rtol=1e-10)
+
+
+def test_a_per_sample_gamma_keeps_a_finite_gradient_where_p_y_rounds_to_one():
+    """Chapter 8's audit at seed offset 400: a γ-Net run diverged. Where every other logit is
+    ~100 below the label's (float32), the one-exp sum underflows, log(1 − p_y) was −inf and
+    γ's gradient, L·log(1 − p_y), was 0·(−inf) = NaN; the plain formula gives 0."""
+    from calib.losses import focal_loss
+
+    x = torch.tensor([[120.0, 0.0, -1.0], [2.0, 1.0, 0.0]], requires_grad=True)
+    y = torch.tensor([0, 0])
+    g = torch.tensor([0.8, 1.5], requires_grad=True)
+    focal_loss(x, y, g).backward()
+    assert torch.isfinite(g.grad).all() and torch.isfinite(x.grad).all()
+    x2, g2 = x.detach().clone().requires_grad_(), g.detach().clone().requires_grad_()
+    lp = torch.log_softmax(x2, dim=1)
+    rest = torch.logsumexp(lp.scatter(1, y[:, None], float("-inf")), dim=1)
+    (-(lp.gather(1, y[:, None]).squeeze(1)) * (g2 * rest).exp()).mean().backward()
+    assert torch.allclose(g.grad, g2.grad, atol=1e-7) and torch.allclose(x.grad, x2.grad, atol=1e-7)

@@ -219,6 +219,15 @@ class _LabelStats(torch.autograd.Function):
         return _assemble(e, sv.j, y, *_row_coefficients(sv, y, g)), None, None, None
 
 
+def _finite_log_rest(x: Tensor, y: Tensor, log_rest: Tensor) -> Tensor:
+    """``log(1 − p_y)`` finite for finite logits: where every other ``exp`` underflowed (a
+    margin above ~100 in float32) the one-exp sum is 0 and its log −inf, and a gradient
+    taken through it, as γ-Net's γ is, is ``0 · −inf`` = NaN; there it is taken from
+    ``log_softmax``, which never exponentiates the others (the plain formula's way)."""
+    exact = torch.logsumexp(F.log_softmax(x, dim=1).scatter(1, y[:, None], _NEG_INF), dim=1)
+    return torch.where(torch.isfinite(log_rest), log_rest, exact)
+
+
 def label_stats(x: Tensor, y: Tensor, *, rival: bool = False, brier: bool = False) -> Stats:
     """:class:`Stats` of logits ``x`` (M, K) (float32/64) at integer labels ``y`` (M,)."""
     out = _LabelStats.apply(x, y, rival, brier)
@@ -281,6 +290,8 @@ def weighted_ce(x: Tensor, y: Tensor, log_weight: LogWeight, *, rival: bool = Fa
     """
     if autograd or torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
         st = label_stats(x, y, rival=rival, brier=brier)
+        if autograd:  # γ's gradient is L·log(1 − p_y): keep it finite where p_y rounds to 1
+            st = st._replace(log_rest=_finite_log_rest(x, y, st.log_rest))
         lam = log_weight(st, False)[0]
         return -st.log_p * (lam.detach() if detach else lam).exp()
     return _WeightedCE.apply(x, y, log_weight, rival, brier, detach)
