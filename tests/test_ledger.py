@@ -73,6 +73,7 @@ def _fake_sweep(root: pathlib.Path, name: str, sessions: list[dict], machine: st
 def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path, monkeypatch):
     here, there = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 2 cores"
     monkeypatch.setattr(ledger, "machine", lambda: here)
+    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "unknown")  # sessions record none
     _fake_sweep(tmp_path, "reduction", [{"commit": "a"}], there)  # old sessions: the provenance's machine
     _fake_sweep(tmp_path, "bench", [{"commit": "a"}, {"commit": "b", "machine": "x86_64, Intel Xeon, 8 cores"}], here)
     _fake_sweep(tmp_path, "lin2024_t1", [{"commit": "a", "machine": here}, {"commit": "b", "machine": there}], here)
@@ -80,6 +81,25 @@ def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path,
     assert ledger.machines("lin2024_t1", tmp_path) == {"x86_64, Intel Xeon", "x86_64, AMD EPYC"}
     # the core count does not matter; a sweep with a session on another CPU is left out
     assert [c.parents[1].name for c in ledger.rederivable_cells(tmp_path)] == ["bench"]
+
+
+def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):
+    here = "x86_64, AMD EPYC, 2 cores"
+    monkeypatch.setattr(ledger, "machine", lambda: here)
+    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "AVX2")
+    old = {"stopped": "2026-11-25 04:54:52 UTC", "cpu_capability": "AVX2"}
+    new = {"stopped": "2026-12-02 14:28:00 UTC", "cpu_capability": "AVX2"}
+    for name, sessions in (("reduction", [old]), ("bench", [new])):
+        _fake_sweep(tmp_path, name, sessions, here)
+        for cell in ("d__m__ce@lr=0.1__s0", "d__m__bsce_gra-gamma=4@lr=0.1__s0"):
+            (tmp_path / name / "runs" / cell).mkdir()
+            (tmp_path / name / "runs" / cell / "metrics.json").write_text("{}")
+    cells = {(c.parents[1].name, c.name) for c in ledger.rederivable_cells(tmp_path)}
+    assert ("reduction", "d__m__ce@lr=0.1__s0") in cells  # CE's numerics did not change
+    assert ("reduction", "d__m__bsce_gra-gamma=4@lr=0.1__s0") not in cells
+    assert ("bench", "d__m__bsce_gra-gamma=4@lr=0.1__s0") in cells  # made after the kernel
+    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "AVX512")  # another generation
+    assert ledger.rederivable_cells(tmp_path) == []
 
 
 @pytest.fixture

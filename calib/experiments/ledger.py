@@ -426,7 +426,8 @@ def machines(name: str, root: str | os.PathLike | None = None) -> set[str]:
 
 
 def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:
-    """Finished cells of the sweeps run wholly on this machine's CPU model.
+    """Finished cells of the sweeps run wholly on this machine's CPU model and instruction
+    set, of losses whose kernels have not changed since (:func:`capabilities`).
 
     One thread makes a CPU run deterministic on one kind of CPU, not across kinds: the
     math libraries pick their kernels by instruction set (AVX2, AVX-512, ...), the last
@@ -435,9 +436,38 @@ def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:
     test ECE of 0.108 instead of 0.036 after one epoch). So a re-derivation to 1e-6
     compares only cells made on a CPU like this one.
     """
-    here = _cpu(machine())
+    here, isa = _cpu(machine()), _cpu_capability()
     return [d for n in names() if available(n, root, quiet=True) and machines(n, root) == {here}
-            for d in cell_dirs(n, root)]
+            and capabilities(n, root) == {isa}
+            for d in cell_dirs(n, root) if _same_numerics(n, d.name, root)]
+
+
+def capabilities(name: str, root: str | os.PathLike | None = None) -> set[str]:
+    """The instruction sets (torch's ``cpu_capability``: AVX2, AVX512, ...) a sweep's sessions
+    ran with; ``"unknown"`` for a session that did not record it. One CPU model name covers
+    several generations (an AVX2 and an AVX-512 AMD EPYC), whose kernels differ in the last
+    bits: a CE cell of the reduction sweep, made on an AMD EPYC of unrecorded capability,
+    re-ran on an AVX2 EPYC at a train loss of 0.8854 against 0.8733 after one epoch."""
+    return {s.get("cpu_capability", "unknown") for s in load(name, root)[1].get("sessions", [{}])}
+
+
+# The losses whose float32 last bits changed when they moved to one fused kernel
+# (calib.losses._fused, commit b84ba7d, 2026-12-02 02:37 UTC): a cell of one of them made
+# before re-derives to within SGD's amplification of those bits, not to 1e-6 (measured: a
+# reduction-sweep BSCE-GRA cell on AMD EPYC, train loss 0.5780 against 0.5730 after one
+# epoch). Refresh such a sweep (make ledger) to make its cells re-derivable again.
+FUSED_LOSSES = ("focal", "flsd53", "dual_focal", "inverse_focal", "bsce", "focal_gra", "flsd53_gra",
+                "dual_focal_gra", "bsce_gra")
+FUSED_SINCE = "2026-12-02 02:37"
+
+
+def _same_numerics(name: str, cell: str, root: str | os.PathLike | None) -> bool:
+    """Whether ``cell`` of sweep ``name`` was made with the loss kernels of this code."""
+    loss = cell.split("__")[2].split("@")[0].split("-")[0] if cell.count("__") >= 3 else ""
+    if loss not in FUSED_LOSSES:
+        return True
+    sessions = load(name, root)[1].get("sessions", [])
+    return bool(sessions) and all(s.get("stopped", "") >= FUSED_SINCE for s in sessions)
 
 
 def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
