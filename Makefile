@@ -139,7 +139,7 @@ test-lane-smoke: $(STAMP)
 
 NB_ARGS := book
 test-notebooks: $(STAMP) fashion-mnist
-	$(LIMIT) $(if $(CALIB_NB_CACHE),CALIB_NB_CACHE=$(CALIB_NB_CACHE)) $(BIN)/python -m pytest -q --durations=8 --nbval-lax $(NB_ARGS)
+	$(LIMIT) $(if $(CALIB_NB_CACHE),CALIB_NB_CACHE=$(CALIB_NB_CACHE)) $(BIN)/python -m pytest -q --nbval-lax $(NB_ARGS)
 
 # The GPU profiles' code paths on a CPU: CALIB_SMOKE=1 caps the work (calib.profile.smoke,
 # calib.train.smoke_config) and CALIB_DATA points the loaders at tiny synthetic datasets in
@@ -163,7 +163,7 @@ SMOKE_SKIP := book/01_measuring_calibration.ipynb book/03_loss_field_guide.ipynb
 	book/04_focal_entropy.ipynb book/14_when_losses_help.ipynb book/evidence.ipynb \
 	book/conformance.ipynb
 test-colab-colab test-colab-paper: test-colab-%: $(STAMP) $(FAKE_DATA)/.done
-	$(LIMIT) $(SMOKE) CALIB_PROFILE=$* $(BIN)/python -m pytest -q -p no:cacheprovider --durations=8 --nbval-lax book \
+	$(LIMIT) $(SMOKE) CALIB_PROFILE=$* $(BIN)/python -m pytest -q -p no:cacheprovider --nbval-lax book \
 		$(foreach nb,$(SMOKE_SKIP),--ignore=$(nb))
 
 # GitHub Actions workflows against their JSON schema, offline (also run by the unit tests).

@@ -14,6 +14,7 @@ chapter once at the quick profile, not twice.
 Each cell's printed output is also held to the book's 88 columns here, so that a line
 that grows with the data (the results ledger's, say) fails nbval, not only the browser
 check of the built book that comes after it (smoke passes are not rendered: exempt).
+The summary gives each notebook's seconds.
 """
 from __future__ import annotations
 
@@ -25,11 +26,22 @@ import pytest
 collect_ignore = ["assignments", "coursework"]
 
 _FAILED: set[str] = set()
+_SECONDS: dict[str, float] = {}  # each notebook's cells' run time, for the summary
 
 
 def pytest_runtest_logreport(report) -> None:
+    page = report.nodeid.split("::")[0]
+    _SECONDS[page] = _SECONDS.get(page, 0.0) + report.duration
     if report.failed:
-        _FAILED.add(report.nodeid.split("::")[0])
+        _FAILED.add(page)
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Each notebook's time, slowest first: where `make test`'s minutes go."""
+    if _SECONDS:
+        terminalreporter.section("seconds per notebook")
+        for page, s in sorted(_SECONDS.items(), key=lambda kv: -kv[1]):
+            terminalreporter.write_line(f"{s:8.1f}  {page}")
 
 
 WIDTH = 88  # the widest printed line the book's pages show without scrolling
