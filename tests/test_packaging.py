@@ -129,6 +129,14 @@ def test_chapter_is_committed_without_outputs(path):
 
 
 @pytest.mark.parametrize("path", sync_setup_cells.pages(), ids=lambda p: p.name)
+def test_every_cell_has_an_id(path):
+    """nbformat 4.5 cell ids: without them nbformat warns on every read, and will refuse."""
+    nb = json.loads(path.read_text())
+    missing = [i for i, cell in enumerate(nb["cells"]) if not cell.get("id")]
+    assert not missing, f"{path.name}: cells {missing} have no id"
+
+
+@pytest.mark.parametrize("path", sync_setup_cells.pages(), ids=lambda p: p.name)
 def test_chapter_setup_cell_matches_config(path):
     """The Colab install URL comes from _config.yml's repository.url, the single source."""
     nb = json.loads(path.read_text())
