@@ -422,7 +422,8 @@ def audit_clause(text: str, outcome: str, chapter: str | None = None,
 
 def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:
     """One sentence for a chapter's prose (glue it): how often the claims audit executed the
-    chapter and whether each asserted claim held in every execution, read from the records."""
+    chapter, at which thread counts, and whether each claim it asserted held in every
+    execution, read from the records (a chapter that only reports asserts none)."""
     heads, claims = [], {}
     for head, lines in _audit_files(chapter or _CHAPTER, root):
         heads.append(head)
@@ -435,10 +436,13 @@ def audit_state(chapter: str | None = None, root: str | os.PathLike | None = Non
     offsets = sorted({h["seed_offset"] for h in heads})
     threads = sorted({h["threads"] for h in heads})
     failed = sum(any(o != "holds" for o in outs) for outs in claims.values())
-    held = ("each of its asserted claims held in every execution" if not failed
+    held = ("no claim was asserted in these executions" if not claims
+            else "each of its asserted claims held in every execution" if not failed
             else f"{failed} of its {len(claims)} asserted claims did not hold in every execution")
-    return (f"The claims audit executed this chapter {len(heads)} times (seed offsets "
-            f"{', '.join(map(str, offsets))}; {' and '.join(map(str, threads))} threads); {held}.")
+    counts = "one thread" if threads == [1] else f"{' and '.join(map(str, threads))} threads"
+    times = "once" if len(heads) == 1 else f"{len(heads)} times"
+    return (f"The claims audit executed this chapter {times} (seed offsets "
+            f"{', '.join(map(str, offsets))}; {counts}); {held}.")
 
 
 def _recurrence_here(text: str, outcome: str) -> Recurrence | None:

@@ -131,6 +131,13 @@ def test_audit_state_is_read_from_the_records(tmp_path):
     text = profile.audit_state("ch", tmp_path)
     assert "3 times" in text and "100, 200" in text and "1 and 2 threads" in text
     assert "1 of its 1 asserted claims did not hold" in text
+    reports = tmp_path / "reports"  # a chapter that only reports, audited at one thread
+    reports.mkdir()
+    lines = [{"chapter": "reports", "seed_offset": 100, "threads": 1, "status": "finished"},
+             {"kind": "report", "claim": "x", "outcome": "holds"}]
+    (reports / "offset100-threads1.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    text = profile.audit_state("reports", tmp_path)
+    assert "once (seed offsets 100;" in text and "one thread" in text and "no claim was asserted" in text
 
 
 def test_a_new_procedure_leaves_the_old_records_out(tmp_path, monkeypatch):
