@@ -27,11 +27,13 @@ collect_ignore = ["assignments", "coursework"]
 
 _FAILED: set[str] = set()
 _SECONDS: dict[str, float] = {}  # each notebook's cells' run time, for the summary
+_CELLS: dict[str, float] = {}  # each cell's, for the slowest
 
 
 def pytest_runtest_logreport(report) -> None:
     page = report.nodeid.split("::")[0]
     _SECONDS[page] = _SECONDS.get(page, 0.0) + report.duration
+    _CELLS[report.nodeid] = _CELLS.get(report.nodeid, 0.0) + report.duration
     if report.failed:
         _FAILED.add(page)
 
@@ -42,6 +44,9 @@ def pytest_terminal_summary(terminalreporter) -> None:
         terminalreporter.section("seconds per notebook")
         for page, s in sorted(_SECONDS.items(), key=lambda kv: -kv[1]):
             terminalreporter.write_line(f"{s:8.1f}  {page}")
+        terminalreporter.section("the ten slowest cells")
+        for cell, s in sorted(_CELLS.items(), key=lambda kv: -kv[1])[:10]:
+            terminalreporter.write_line(f"{s:8.1f}  {cell}")
 
 
 WIDTH = 88  # the widest printed line the book's pages show without scrolling
