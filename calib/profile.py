@@ -75,15 +75,20 @@ def pick(*, quick: T, colab: T, paper: T, profile: str | None = None) -> T:
 FULL_WORK_VAR = "CALIB_FULL_WORK"
 
 
-def work(*, quick: T, colab: T, paper: T) -> T:
+_UNSET: Any = object()
+
+
+def work(*, quick: T, colab: T, paper: T, smoke: T = _UNSET) -> T:
     """An amount of work (sample sizes, replicates, restarts) for the active profile.
 
     :func:`pick`, except in smoke mode, where the ``colab`` and ``paper`` branches run with
-    the ``quick`` amount: the same code path, in seconds. ``tools/estimate_runtimes.py``
-    sets ``$CALIB_FULL_WORK=1`` to time a chapter's full amounts in smoke mode.
+    the ``smoke`` amount (default: the ``quick`` one): the same code path, in seconds. Give
+    ``smoke`` where the quick amount is minutes, or zero where the others are not (a loop
+    the quick profile skips). ``tools/estimate_runtimes.py`` sets ``$CALIB_FULL_WORK=1`` to
+    time a chapter's full amounts in smoke mode.
     """
-    if smoke() and os.environ.get(FULL_WORK_VAR, "") in ("", "0"):
-        return quick
+    if _smoke() and os.environ.get(FULL_WORK_VAR, "") in ("", "0"):
+        return quick if smoke is _UNSET else smoke
     return pick(quick=quick, colab=colab, paper=paper)
 
 
@@ -147,6 +152,9 @@ SMOKE_CAPS: dict[str, int] = {"epochs": 2, "batch_size": 8, "train": 16, "eval":
                               "toy_points_per_class": 200, "seeds": 2}
 
 
+_smoke = smoke  # for work(), whose keyword `smoke` hides the function
+
+
 def smoke_cap(name: str, value: T) -> T:
     """``min(value, SMOKE_CAPS[name])`` in smoke mode, else ``value`` unchanged.
 
@@ -156,6 +164,12 @@ def smoke_cap(name: str, value: T) -> T:
     if name not in SMOKE_CAPS:
         raise ValueError(f"name must be one of {sorted(SMOKE_CAPS)}, got {name!r}")
     return min(value, SMOKE_CAPS[name]) if smoke() else value  # type: ignore[type-var]
+
+
+def smoke_cap_list(seeds: list[int]) -> list[int]:
+    """The first ``SMOKE_CAPS["seeds"]`` of ``seeds`` in smoke mode, else all of them (a
+    paper's stated seeds, which the ``paper`` profile trains, cost minutes on a CPU)."""
+    return seeds[:SMOKE_CAPS["seeds"]] if smoke() else seeds
 
 
 DATA_VAR = "CALIB_DATA"

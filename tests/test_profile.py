@@ -52,6 +52,10 @@ def test_work_is_pick_except_in_smoke_mode(monkeypatch):
     monkeypatch.setenv("CALIB_SMOKE", "1")
     assert profile.work(quick=1, colab=2, paper=3) == 1
     assert profile.pick(quick=1, colab=2, paper=3) == 3  # choices of code path are unchanged
+    assert profile.work(quick=100, colab=2, paper=3, smoke=5) == 5  # a smaller smoke amount
+    monkeypatch.delenv("CALIB_SMOKE")
+    assert profile.work(quick=100, colab=2, paper=3, smoke=5) == 3
+    monkeypatch.setenv("CALIB_SMOKE", "1")
     monkeypatch.setenv("CALIB_FULL_WORK", "1")  # tools/estimate_runtimes.py times the full amounts
     assert profile.work(quick=1, colab=2, paper=3) == 3
 

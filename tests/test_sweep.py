@@ -168,9 +168,12 @@ def test_grid_order_and_names():
     assert [c.data for c in two] == ["digits", "digits", "gaussian", "gaussian"]
 
 
-def test_paper_seeds():
+def test_paper_seeds(monkeypatch):
     assert PAPER_SEEDS["lin2024"] == (1, 42, 71)
     assert [c.seed for c in sw.grid_cells(["ce"], "paper", preset="lin2024")] == [1, 42, 71]
+    monkeypatch.setenv("CALIB_SMOKE", "1")  # smoke mode: the first two, the same code path
+    assert [c.seed for c in sw.grid_cells(["ce"], "paper", preset="lin2024")] == [1, 42]
+    monkeypatch.delenv("CALIB_SMOKE")
     with pytest.raises(sw.SweepError, match="paper"):
         sw.grid_cells(["ce"], "paper", preset="cifar")
 

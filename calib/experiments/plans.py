@@ -168,7 +168,9 @@ def seeds_for(preset: str, seeds: Any = "paper") -> Any:
     from ..train import presets
 
     if seeds == "paper" and preset not in presets.PAPER_SEEDS:
-        return list(FALLBACK_SEEDS)
+        from .. import profile
+
+        return profile.smoke_cap_list(list(FALLBACK_SEEDS))
     return seeds
 
 
