@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -434,15 +435,22 @@ def audit_clause(text: str, outcome: str, chapter: str | None = None,
     return NO_AUDIT_RECORD if r.n == 0 else f"the audit found the same {_draws_phrase(r)}"
 
 
-def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None) -> str:
+def audit_state(chapter: str | None = None, root: str | os.PathLike | None = None, *,
+                asserts: Iterable[str] | None = None) -> str:
     """One sentence for a chapter's prose (glue it): how often the claims audit executed the
     chapter, at which thread counts, and whether each claim it asserted held in every
-    execution, read from the records (a chapter that only reports asserts none)."""
+    execution, read from the records (a chapter that only reports asserts none).
+
+    ``asserts``: the texts of the claims the chapter asserts now. Claim lines of other
+    texts, which an earlier version of the same procedure asserted, are then left out;
+    an empty list says "this version of the chapter asserts no claim". None: every
+    claim line counts."""
+    keep = None if asserts is None else set(asserts)
     heads, claims = [], {}
     for head, lines in _audit_files(chapter or _CHAPTER, root):
         heads.append(head)
         for line in lines:
-            if line.get("kind") == "claim":
+            if line.get("kind") == "claim" and (keep is None or line["claim"] in keep):
                 claims.setdefault(line["claim"], []).append(line["outcome"])
     if not heads:
         return ("The claims audit has no record of this chapter's current procedure yet "
@@ -450,13 +458,20 @@ def audit_state(chapter: str | None = None, root: str | os.PathLike | None = Non
     offsets = sorted({h["seed_offset"] for h in heads})
     threads = sorted({h["threads"] for h in heads})
     failed = sum(any(o != "holds" for o in outs) for outs in claims.values())
-    held = ("no claim was asserted in these executions" if not claims
+    held = ("this version of the chapter asserts no claim" if keep == set()
+            else "no claim was asserted in these executions" if not claims
             else "each of its asserted claims held in every execution" if not failed
             else f"{failed} of its {len(claims)} asserted claims did not hold in every execution")
     counts = "one thread" if threads == [1] else f"{' and '.join(map(str, threads))} threads"
     times = "once" if len(heads) == 1 else f"{len(heads)} times"
     return (f"The claims audit executed this chapter {times} (seed offsets "
             f"{', '.join(map(str, offsets))}; {counts}); {held}.")
+
+
+def audit_threads(chapter: str | None = None, root: str | os.PathLike | None = None) -> list[int]:
+    """The thread counts at which the claims audit executed ``chapter``'s current procedure,
+    sorted (empty before the first execution): a draw is *split* only where there are two."""
+    return sorted({int(head["threads"]) for head, _ in _audit_files(chapter or _CHAPTER, root)})
 
 
 def _recurrence_here(text: str, outcome: str) -> Recurrence | None:

@@ -144,6 +144,27 @@ def test_audit_state_is_read_from_the_records(tmp_path):
     assert "once (seed offsets 100;" in text and "one thread" in text and "no claim was asserted" in text
 
 
+def test_audit_state_leaves_out_claims_the_chapter_no_longer_asserts(tmp_path):
+    """Referee s14 08-R2: ch. 8 turned its one claim into a report, yet four records of the
+    same procedure still hold it as a claim; "each of its asserted claims held" misled."""
+    import json
+
+    folder = tmp_path / "ch"
+    folder.mkdir()
+    for offset, kind in [(100, "claim"), (200, "report")]:
+        lines = [{"chapter": "ch", "seed_offset": offset, "threads": 1, "status": "finished"},
+                 {"kind": kind, "claim": "x", "outcome": "holds"}]
+        (folder / f"offset{offset}-threads1.jsonl").write_text("\n".join(map(json.dumps, lines)))
+    assert "each of its asserted claims held" in profile.audit_state("ch", tmp_path)
+    text = profile.audit_state("ch", tmp_path, asserts=())
+    assert "2 times" in text and "this version of the chapter asserts no claim" in text
+    assert "asserted claims" not in text
+    assert "each of its asserted claims held" in profile.audit_state("ch", tmp_path, asserts=["x"])
+    assert "no claim was asserted" in profile.audit_state("ch", tmp_path, asserts=["y"])
+    assert profile.audit_threads("ch", tmp_path) == [1]
+    assert profile.audit_threads("none", tmp_path) == []
+
+
 def test_a_new_procedure_leaves_the_old_records_out(tmp_path, monkeypatch):
     _audit_file(tmp_path / "ch", 100, 1, [("x", "holds")])  # no procedure line: procedure 1
     monkeypatch.setattr(profile, "_PROCEDURE", 1)
