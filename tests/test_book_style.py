@@ -115,6 +115,21 @@ def test_chapter_ends_with_summary_and_exercises(path):
     assert 4 <= len(bullets) <= 6, f"{path.name}: the Summary should have 4-6 bullets, has {len(bullets)}"
 
 
+@pytest.mark.parametrize("path", CHAPTERS, ids=_ids(CHAPTERS))
+def test_the_bibliography_is_a_directive_not_swallowed_by_a_fence(path):
+    """A line indented less than its list item closes the item and can leave a fence open
+    to the end of the page: the References' {bibliography} then renders as code and every
+    key cited only here goes missing (chapter 13, session 14: a wrapped exercise line)."""
+    from markdown_it import MarkdownIt
+
+    text = _markdown(path)
+    if "```{bibliography}" not in text:
+        pytest.skip("no References section")
+    tokens = MarkdownIt("commonmark").parse(text)
+    assert any(t.type == "fence" and t.info.strip() == "{bibliography}" for t in tokens), (
+        f"{path.name}: no top-level {{bibliography}} directive; is a fence above it unclosed?")
+
+
 # ----------------------------------------------------------------------------------------
 # Lean chapters (issue 20 item 3): a chapter's visible code is the experiment, the
 # derivation and its result; the plumbing lives in calib. A reader sees every code cell
