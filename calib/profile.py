@@ -167,12 +167,6 @@ def smoke_cap(name: str, value: T) -> T:
     return min(value, SMOKE_CAPS[name]) if smoke() else value  # type: ignore[type-var]
 
 
-def smoke_cap_list(seeds: list[int]) -> list[int]:
-    """The first ``SMOKE_CAPS["seeds"]`` of ``seeds`` in smoke mode, else all of them (a
-    paper's stated seeds, which the ``paper`` profile trains, cost minutes on a CPU)."""
-    return seeds[:SMOKE_CAPS["seeds"]] if smoke() else seeds
-
-
 DATA_VAR = "CALIB_DATA"
 DEFAULT_DATA_ROOT = "data"
 

@@ -174,9 +174,7 @@ def _seeds(seeds: Any, preset: str | None) -> list[int]:
         if preset not in PAPER_SEEDS:
             raise SweepError(f"seeds='paper' needs a preset whose paper states its seeds: one of "
                              f"{sorted(PAPER_SEEDS)}, got preset {preset!r}")
-        from .. import profile  # smoke mode: the first few, the same code path
-
-        return profile.smoke_cap_list(list(PAPER_SEEDS[preset]))
+        return list(PAPER_SEEDS[preset])  # grid_cells caps them in smoke mode
     if isinstance(seeds, str):
         seeds = [s for s in seeds.split(",") if s.strip()]
     elif isinstance(seeds, int):
