@@ -373,22 +373,27 @@ def _clopper_pearson_lower(k: int, n: int, alpha: float = 0.05) -> float:
     return lo
 
 
-def audit_draws(text: str, chapter: str | None = None, root: str | os.PathLike | None = None) -> list[set[str]]:
-    """Per audited seed offset of ``chapter`` (default: the one given to :func:`describe`),
-    the outcomes its executions recorded for the claim or verdict ``text``; offsets that
-    never printed it are left out."""
-    by_offset: dict[int, set[str]] = {}
+def audit_outcomes(chapter: str | None = None, root: str | os.PathLike | None = None, *,
+                   kind: str | None = None) -> dict[str, list[str]]:
+    """``{text: one outcome per audited draw, by seed offset}`` for every claim or verdict text
+    of ``chapter``'s current procedure (default chapter: the one given to :func:`describe`;
+    only texts recorded as ``kind``, if given), read in one pass over its files. A draw gave
+    the outcome its every execution recorded, or ``"split"`` where its thread settings
+    disagreed (that draw decides nothing); offsets that never printed a text are left out."""
+    draws: dict[str, dict[int, set[str]]] = {}
+    kinds: dict[str, set[str | None]] = {}
     for head, lines in _audit_files(chapter or _CHAPTER, root):
-        found = {line["outcome"] for line in lines if line.get("claim") == text}
-        if found:
-            by_offset.setdefault(int(head["seed_offset"]), set()).update(found)
-    return [by_offset[k] for k in sorted(by_offset)]
+        for line in lines:
+            if (text := line.get("claim")) is not None:
+                draws.setdefault(text, {}).setdefault(int(head["seed_offset"]), set()).add(line["outcome"])
+                kinds.setdefault(text, set()).add(line.get("kind"))
+    return {text: [next(iter(d)) if len(d) == 1 else "split" for _, d in sorted(by.items())]
+            for text, by in draws.items() if kind is None or kind in kinds[text]}
 
 
 def draw_outcomes(text: str, chapter: str | None = None, root: str | os.PathLike | None = None) -> list[str]:
-    """One outcome per audited draw of ``text``: the outcome its every execution recorded,
-    or ``"split"`` where its thread settings disagreed (that draw decides nothing)."""
-    return [next(iter(d)) if len(d) == 1 else "split" for d in audit_draws(text, chapter, root)]
+    """One outcome per audited draw of ``text`` (:func:`audit_outcomes`)."""
+    return audit_outcomes(chapter, root).get(text, [])
 
 
 def recurrence(text: str, outcome: str, chapter: str | None = None,

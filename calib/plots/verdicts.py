@@ -74,16 +74,15 @@ def audited_outcomes(chapter: str, root: str | None = None) -> dict[str, list[st
     audit's records (``results/audit``): the ``recurrence`` argument of :func:`verdict_grid`.
 
     A draw is a seed offset; it gave an outcome when all its thread settings gave it, else it
-    is ``"split"`` (:func:`calib.profile.draw_outcomes`, which :func:`calib.profile.recurrence`
-    counts under each verdict).
+    is ``"split"`` (:func:`calib.profile.audit_outcomes`, read in one pass; the same draws
+    :func:`calib.profile.recurrence` counts under each verdict). Only the chapter's current
+    procedure counts, so a verdict only an earlier one printed reads "not audited".
     """
     from .. import profile
-    from ..experiments import audit
+    from ..experiments.audit import AUDIT_DIR
 
-    texts = dict.fromkeys(rec["claim"] for rec in audit.records(root)
-                          if rec.get("chapter") == chapter and rec.get("kind") == "verdict" and rec.get("claim"))
-    folder = None if root is None else Path(root) / audit.AUDIT_DIR
-    return {text: profile.draw_outcomes(text, chapter, folder) for text in texts}
+    folder = None if root is None else Path(root) / AUDIT_DIR
+    return profile.audit_outcomes(chapter, folder, kind="verdict")
 
 
 def _recurrence(v: Verdict, recurrence: Mapping[str, Sequence[str]] | None) -> str | None:
