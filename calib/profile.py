@@ -318,15 +318,23 @@ _CHAPTER: str | None = None  # set by describe(chapter)
 _PROCEDURE = 1  # set by describe(procedure=)
 
 
+def read_audit_record(path: str | os.PathLike) -> tuple[dict, int, list[dict]]:
+    """One audited execution's file (calib.experiments.audit writes it): its head, the
+    procedure it ran (1 where it records none) and its outcome lines. The one reader of
+    the format, so a new line kind is handled here once."""
+    head, *lines = (json.loads(x) for x in Path(path).read_text(encoding="utf-8").splitlines())
+    version = next((int(x["outcome"]) for x in lines if x.get("kind") == "procedure"), 1)
+    return head, version, [x for x in lines if x.get("kind") != "procedure"]
+
+
 def _audit_files(chapter: str | None, root: str | os.PathLike | None) -> list[tuple[dict, list[dict]]]:
     """(head, outcome lines) of each audited execution of ``chapter``'s current procedure."""
     folder = (Path(root) if root is not None else AUDIT_ROOT) / str(chapter)
     out = []
     for path in sorted(folder.glob("*.jsonl")) if chapter else []:
-        head, *lines = (json.loads(x) for x in path.read_text(encoding="utf-8").splitlines())
-        version = next((int(x["outcome"]) for x in lines if x.get("kind") == "procedure"), 1)
+        head, version, lines = read_audit_record(path)
         if version == _PROCEDURE:
-            out.append((head, [x for x in lines if x.get("kind") != "procedure"]))
+            out.append((head, lines))
     return out
 
 

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..profile import read_audit_record
 from .ledger import _cpu_model, _git_commit, committed_root
 
 __all__ = ["AUDIT_DIR", "TRAINING_CHAPTERS", "OFFSETS", "THREADS", "procedure", "run", "records",
@@ -126,9 +127,7 @@ def records(root: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     folder = (committed_root() if root is None else Path(root)) / AUDIT_DIR
     rows = []
     for path in sorted(folder.glob("*/*.jsonl")):
-        head, *lines = (json.loads(x) for x in path.read_text().splitlines())
-        version = next((int(x["outcome"]) for x in lines if x.get("kind") == "procedure"), 1)
-        lines = [x for x in lines if x.get("kind") != "procedure"]
+        head, version, lines = read_audit_record(path)
         head = {**head, "procedure": version}
         rows += [{**head, **line} for line in lines]
         if not lines:
