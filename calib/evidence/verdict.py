@@ -397,13 +397,10 @@ class Family:
         reads "—", a planned cell whose runs are missing "not run yet"."""
         import pandas as pd
 
-        decided = iter(self.verdicts())
         rows: dict[str, dict[str, str]] = {}
-        for (row, column), cell in self._cells.items():
-            if isinstance(cell, Verdict):
-                v = next(decided)
-                cell = f"{v.effect:+.{digits}f}{v.unit} {v.outcome}"
-            rows.setdefault(row, dict.fromkeys(self.columns, "—"))[column] = cell
+        for (row, column), cell in self.cells().items():
+            text = f"{cell.effect:+.{digits}f}{cell.unit} {cell.outcome}" if isinstance(cell, Verdict) else cell
+            rows.setdefault(row, dict.fromkeys(self.columns, "—"))[column] = text
         return pd.DataFrame.from_dict(rows, orient="index")
 
     def cells(self) -> dict[tuple[str, str], Verdict | str]:
@@ -416,9 +413,7 @@ class Family:
     def outcomes(self) -> dict[tuple[str, str], str]:
         """``{(row, column): outcome}`` after the correction; an untested cell gives its note
         ("1 of 3 seeds"), a cell never added is absent. For checking what prose says of the map."""
-        decided = iter(self.verdicts())
-        return {key: next(decided).outcome if isinstance(cell, Verdict) else cell
-                for key, cell in self._cells.items()}
+        return {key: cell.outcome if isinstance(cell, Verdict) else cell for key, cell in self.cells().items()}
 
     def tally(self) -> str:
         """:func:`tally` of the corrected verdicts, and how many cells are not tested yet."""
