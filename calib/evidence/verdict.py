@@ -180,10 +180,8 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     effect, seed_var, df, test = _seed_noise(xa, xb, one_sample, paired, resolution)
     if seed_var is None:  # a side with one run: its seed noise is not measured
         if seed_sd is None:
-            return Verdict(claim, direction, effect, math.nan, math.nan, math.nan, math.nan, "undecided",
-                           int(xa.size), n_b, test + " (one run on a side: seed noise unknown, "
-                           "give seed_sd)", alpha, margin, unit,
-                           p_beyond=math.nan if margin else None, p_beyond_adjusted=math.nan if margin else None)
+            return _untested(claim, direction, effect, int(xa.size), n_b,
+                             test + " (one run on a side: seed noise unknown, give seed_sd)", alpha, margin, unit)
         sizes = 1 / xa.size + (0 if one_sample else 1 / xb.size)
         seed_var, df = seed_sd ** 2 * sizes, seed_df
         if resolution > 0:
@@ -200,14 +198,22 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     return _decide_one(claim, direction, effect, var, df, alpha, margin, unit, int(xa.size), n_b, test)
 
 
+def _untested(claim: str, direction: Direction, effect: float, n_a: int, n_b: int, test: str, alpha: float,
+              margin: float | None, unit: str) -> Verdict:
+    """Nothing measured the noise: no interval, p = NaN, undecided (and so no hypothesis for
+    :func:`decide` to correct)."""
+    nan = math.nan if direction == "equivalent" else None
+    return Verdict(claim, direction, effect, math.nan, math.nan, math.nan, math.nan, "undecided",
+                   n_a, n_b, test, alpha, margin, unit, p_beyond=nan, p_beyond_adjusted=nan)
+
+
 def _decide_one(claim: str, direction: Direction, effect: float, var: float, df: float, alpha: float,
                 margin: float | None, unit: str, n_a: int, n_b: int, test: str) -> Verdict:
     """The verdict from the effect, its variance and degrees of freedom."""
     eq = direction == "equivalent"
     if var == 0:  # every value the same and no test noise: nothing measures the noise
-        return Verdict(claim, direction, effect, math.nan, math.nan, math.nan, math.nan, "undecided",
-                       n_a, n_b, test + " (zero spread: noise not measured)", alpha, margin, unit,
-                       p_beyond=math.nan if eq else None, p_beyond_adjusted=math.nan if eq else None)
+        return _untested(claim, direction, effect, n_a, n_b, test + " (zero spread: noise not measured)",
+                         alpha, margin, unit)
     se = math.sqrt(var)
     ppf, sf = (stats.norm.ppf, stats.norm.sf) if math.isinf(df) else (
         lambda q: stats.t.ppf(q, df), lambda x: stats.t.sf(x, df))  # unfrozen: 10x faster
