@@ -57,12 +57,15 @@ class Verdict:
         else:
             p = f"p = {_p_text(self.p_adjusted, self.alpha)}{adj}"
         # the interval is per comparison; in a family the verdict follows the adjusted p
-        level = f"{100 * (1 - self._level()):.0f}% CI" + (" per comparison" if adjusted else "")
+        level = f"{100 * self.ci_level:.0f}% CI" + (" per comparison" if adjusted else "")
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
                 f"{level} {interval}, {p}, {self.test})")
 
-    def _level(self) -> float:
-        return 2 * self.alpha if self.direction == "equivalent" else self.alpha
+    @property
+    def ci_level(self) -> float:
+        """The interval's confidence: 1 − alpha, or 1 − 2 alpha for an equivalence claim (the
+        two one-sided tests at alpha each read the 1 − 2 alpha interval)."""
+        return 1 - (2 * self.alpha if self.direction == "equivalent" else self.alpha)
 
     @property
     def p_outcome(self) -> float:

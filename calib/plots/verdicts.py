@@ -115,7 +115,7 @@ def _cell(v: Verdict | str, recurrence: Mapping[str, Sequence[str]] | None) -> t
 
 def _legend(family: Family, recurrence: Mapping[str, Sequence[str]] | None, blank: bool = False) -> str:
     verdicts = family.verdicts()
-    levels = {1 - (2 * v.alpha if v.direction == "equivalent" else v.alpha) for v in verdicts}
+    levels = {v.ci_level for v in verdicts}
     level = f"{100 * levels.pop():.0f} % " if len(levels) == 1 else ""
     said = (f"✓ holds · ✗ contradicted · ? undecided; each cell: the difference "
             f"[{level}interval per comparison]")
