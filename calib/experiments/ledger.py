@@ -75,10 +75,13 @@ class LedgerSweep:
     purpose: str
     args: tuple[str, ...]
 
+    def arg(self, flag: str) -> str:
+        """The value the sweep's arguments give ``flag`` (``"--epochs"`` -> ``"40"``)."""
+        return self.args[self.args.index(flag) + 1]
+
     @property
     def n_cells(self) -> int:
-        seeds = self.args[self.args.index("--seeds") + 1].split(",")
-        return self.args.count("--loss") * len(seeds)
+        return self.args.count("--loss") * len(self.arg("--seeds").split(","))
 
 
 def _losses(*specs: str) -> tuple[str, ...]:

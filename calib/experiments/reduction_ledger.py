@@ -40,19 +40,13 @@ def protocol_of(settings: str) -> str:
 def size_of(settings: str, name: str = "reduction") -> int:
     """The number of training images of a cell of sweep ``name``: its ``train_size`` setting,
     else the sweep's ``--train-size``."""
-    args = SWEEPS[name].args
-    return int(_settings(settings).get("train_size", args[args.index("--train-size") + 1]))
+    return int(_settings(settings).get("train_size", SWEEPS[name].arg("--train-size")))
 
 
 def draw_of(settings: str) -> int:
     """The split seed of a cell's per-cell settings: which draw of training and validation
     images it trained on (0, the default, where the settings name none)."""
     return int(_settings(settings).get("split_seed", 0))
-
-
-def _arg(name: str, flag: str) -> str:
-    args = SWEEPS[name].args
-    return args[args.index(flag) + 1]
 
 
 def sgd_steps(name: str, train_size: int | None = None, *, after_epoch: int = 0) -> int:
@@ -64,18 +58,19 @@ def sgd_steps(name: str, train_size: int | None = None, *, after_epoch: int = 0)
     At a fixed number of epochs the size sets the steps (Mukhoti et al. 2020, §3, tie CE's
     over-confidence to the epochs after the drop), so a trend over sizes is also one over steps.
     """
-    n = int(_arg(name, "--train-size")) if train_size is None else int(train_size)
+    sweep = SWEEPS[name]
+    n = int(sweep.arg("--train-size")) if train_size is None else int(train_size)
     if n < 1:
         raise ValueError(f"train_size must be a positive int, got {train_size!r}")
-    epochs = int(_arg(name, "--epochs"))
+    epochs = int(sweep.arg("--epochs"))
     if not 0 <= after_epoch <= epochs:
         raise ValueError(f"after_epoch must lie in [0, {epochs}], got {after_epoch!r}")
-    return -(-n // int(_arg(name, "--batch-size"))) * (epochs - after_epoch)
+    return -(-n // int(sweep.arg("--batch-size"))) * (epochs - after_epoch)
 
 
 def first_drop(name: str) -> int:
     """The epoch after which sweep ``name`` first divides its learning rate (its first milestone)."""
-    return int(_arg(name, "--milestones").split(",")[0])
+    return int(SWEEPS[name].arg("--milestones").split(",")[0])
 
 
 def grid(name: str = "reduction") -> list[tuple[str, str, int]]:
