@@ -13,6 +13,7 @@ training records; a chapter tests the papers' orderings on them through :mod:`ca
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load
@@ -104,12 +105,10 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     rows, _ = load(name, root)
     where = _devices(name, root)
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
-    frame = pd.DataFrame([{**{k: r[k] for k in keep}, "protocol": protocol_of(str(r["settings"] or "")),
-                           "train_size": size_of(str(r["settings"] or ""), name),
-                           "split_seed": draw_of(str(r["settings"] or ""))} for r in rows],
-                         columns=[*keep, "protocol", "train_size", "split_seed"])
-    keys = zip(frame["loss"], frame["protocol"], frame["train_size"], frame["split_seed"], frame["seed"])
-    return frame.assign(device=[where[k] for k in keys])
+    derived = ("protocol", "train_size", "split_seed")
+    out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key]}
+           for r in rows for key in [_row_key(name, r)]]
+    return pd.DataFrame(out, columns=[*keep, *derived, "device"])
 
 
 def protocol_table(runs: Any) -> Any:
@@ -160,12 +159,17 @@ def _listed_histories(name: str, root: str | os.PathLike | None
     (a run directory finished after the last merge is left out, so curves and tables share
     their seeds)."""
     rows, _ = load(name, root)
-    listed = {_key(name, str(r["loss"]), str(r["settings"] or ""), int(r["seed"])) for r in rows}
+    listed = {_row_key(name, r) for r in rows}
     return {k: history for cell, history in histories(name, root).items() if (k := _cell_key(name, cell)) in listed}
 
 
 def _key(name: str, loss: str, settings: str, seed: int) -> tuple[str, str, int, int, int]:
     return loss, protocol_of(settings), size_of(settings, name), draw_of(settings), seed
+
+
+def _row_key(name: str, row: Mapping[str, Any]) -> tuple[str, str, int, int, int]:
+    """A ``results.csv`` row's (loss, protocol, train_size, split_seed, seed), its settings parsed once."""
+    return _key(name, str(row["loss"]), str(row["settings"] or ""), int(row["seed"]))
 
 
 def _cell_key(name: str, cell: str) -> tuple[str, str, int, int, int]:
