@@ -424,7 +424,7 @@ def machines(name: str, root: str | os.PathLike | None = None) -> set[str]:
 
     A session recorded before sessions named their machine ran on the provenance's.
     """
-    prov = load(name, root)[1]
+    prov = _provenance(name, root)
     return {_cpu(s.get("machine", prov.get("machine", "unknown"))) for s in prov.get("sessions", [{}])}
 
 
@@ -440,9 +440,12 @@ def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:
     compares only cells made on a CPU like this one.
     """
     here, isa = _cpu(machine()), _cpu_capability()
-    return [d for n in names() if available(n, root, quiet=True) and machines(n, root) == {here}
-            and capabilities(n, root) == {isa}
-            for d in cell_dirs(n, root) if _same_numerics(n, d.name, root)]
+    out = []
+    for n in names():
+        if available(n, root, quiet=True) and machines(n, root) == {here} and capabilities(n, root) == {isa}:
+            fused_current = _fused_current(n, root)
+            out += [d for d in cell_dirs(n, root) if fused_current or _cell_loss(d.name) not in FUSED_LOSSES]
+    return out
 
 
 def capabilities(name: str, root: str | os.PathLike | None = None) -> set[str]:
@@ -451,7 +454,7 @@ def capabilities(name: str, root: str | os.PathLike | None = None) -> set[str]:
     several generations (an AVX2 and an AVX-512 AMD EPYC), whose kernels differ in the last
     bits: a CE cell of the reduction sweep, made on an AMD EPYC of unrecorded capability,
     re-ran on an AVX2 EPYC at a train loss of 0.8854 against 0.8733 after one epoch."""
-    return {s.get("cpu_capability", "unknown") for s in load(name, root)[1].get("sessions", [{}])}
+    return {s.get("cpu_capability", "unknown") for s in _provenance(name, root).get("sessions", [{}])}
 
 
 # The losses whose float32 last bits changed when they moved to one fused kernel
@@ -464,13 +467,17 @@ FUSED_LOSSES = ("focal", "flsd53", "dual_focal", "inverse_focal", "bsce", "focal
 FUSED_SINCE = "2026-12-02 02:37"
 
 
-def _same_numerics(name: str, cell: str, root: str | os.PathLike | None) -> bool:
-    """Whether ``cell`` of sweep ``name`` was made with the loss kernels of this code."""
-    loss = cell.split("__")[2].split("@")[0].split("-")[0] if cell.count("__") >= 3 else ""
-    if loss not in FUSED_LOSSES:
-        return True
-    sessions = load(name, root)[1].get("sessions", [])
+def _fused_current(name: str, root: str | os.PathLike | None) -> bool:
+    """Whether every session of sweep ``name`` stopped after the losses moved to the fused
+    kernels (:data:`FUSED_SINCE`), so its cells of :data:`FUSED_LOSSES` used this code's."""
+    sessions = _provenance(name, root).get("sessions", [])
     return bool(sessions) and all(s.get("stopped", "") >= FUSED_SINCE for s in sessions)
+
+
+def _cell_loss(cell: str) -> str:
+    """The loss of a cell directory ``<data>__<model>__<loss spec>@<settings>__s<seed>``
+    ("" for a name of another form)."""
+    return cell.split("__")[2].split("@")[0].split("-")[0] if cell.count("__") >= 3 else ""
 
 
 def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
@@ -527,11 +534,17 @@ def training_seconds(name: str, root: str | os.PathLike | None = None) -> float:
 
 def load(name: str, root: str | os.PathLike | None = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The rows of ``results.csv`` and the provenance of a committed ledger sweep."""
+    prov = _provenance(name, root)
+    return load_results(_root(root) / _sweep(name).name), prov
+
+
+def _provenance(name: str, root: str | os.PathLike | None) -> dict[str, Any]:
+    """The provenance of sweep ``name`` that :func:`load` returns beside its rows, without
+    parsing ``results.csv``; like :func:`load`, FileNotFoundError where it has no rows."""
     out = _root(root) / _sweep(name).name
     if not (out / RESULTS_FILE).exists():
         raise FileNotFoundError(f"{out / RESULTS_FILE} not found: run {refresh_command(name)}")
-    prov = json.loads((out / PROVENANCE_FILE).read_text()) if (out / PROVENANCE_FILE).exists() else {}
-    return load_results(out), prov
+    return json.loads((out / PROVENANCE_FILE).read_text()) if (out / PROVENANCE_FILE).exists() else {}
 
 
 def histories(name: str, root: str | os.PathLike | None = None, *,
