@@ -293,8 +293,7 @@ def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys
     from ..train import load_config
 
     out = Path(root) / name
-    subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True,
-                   stdout=subprocess.DEVNULL)  # writes the manifest (trains nothing)
+    _merge(name, root, quiet=True)  # writes the manifest (trains nothing)
     planned = json.loads((out / MANIFEST_FILE).read_text())["runs"]
     copied = []
     for src in cell_dirs(source, root):
@@ -358,7 +357,7 @@ def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str
     (:func:`keep_test_predictions`) and add this session to the provenance."""
     import torch
 
-    subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True)
+    _merge(name, root)
     keep_test_predictions(name, root)
     prov = provenance(name, root)
     session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit(), "machine": machine(device),
@@ -374,6 +373,13 @@ def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str
     prov["sessions"] = prov.get("sessions", []) + [session]
     (Path(root) / name / PROVENANCE_FILE).write_text(json.dumps(prov, indent=2, sort_keys=True) + "\n")
     return prov
+
+
+def _merge(name: str, root: str | os.PathLike, *, quiet: bool = False) -> None:
+    """Merge sweep ``name``'s finished cells into ``results.csv`` and write its manifest
+    (``python -m calib sweep ... --merge``, which trains nothing)."""
+    subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True,
+                   stdout=subprocess.DEVNULL if quiet else None)
 
 
 def _git_commit() -> str:
@@ -602,28 +608,29 @@ def paper_runs(name: str, plan: Any, root: str | os.PathLike | None = None) -> d
     """
     import pandas as pd
 
-    from .tables import runs_of
-
     if name not in PAPER_TABLES:
         raise ValueError(f"{name!r} is not a paper-table sweep; those are: {', '.join(PAPER_TABLES)}")
-    frame = pd.DataFrame(load(name, root)[0])
-    title = PAPER_TABLES[name][1]
-    found = {r.key: runs_of(frame, r.spec) for r in plan if r.table == title}
-    return {key: runs for key, runs in found.items() if len(runs)}
+    return _planned(pd.DataFrame(load(name, root)[0]), name, plan)
 
 
 def paper_diverged(name: str, plan: Any, root: str | os.PathLike | None = None) -> dict[tuple[str, str, str], int]:
     """How many seeds of each planned run of a paper-table sweep diverged (only those with any)."""
     import pandas as pd
 
-    from .tables import runs_of
-
     frame = pd.DataFrame(list(diverged_cells(name, root).values()))
     if frame.empty:
         return {}
+    return {key: len(runs) for key, runs in _planned(frame, name, plan).items()}
+
+
+def _planned(frame: Any, name: str, plan: Any) -> dict[tuple[str, str, str], Any]:
+    """``{run.key: its rows of frame}`` for the runs of ``plan`` in paper table ``name`` that
+    have any rows there."""
+    from .tables import runs_of
+
     title = PAPER_TABLES[name][1]
-    counts = {r.key: len(runs_of(frame, r.spec)) for r in plan if r.table == title}
-    return {key: n for key, n in counts.items() if n}
+    found = {r.key: runs_of(frame, r.spec) for r in plan if r.table == title}
+    return {key: runs for key, runs in found.items() if len(runs)}
 
 
 # (column, heading, scale) of the ledger's tables: percentages for accuracy and ECE, T as is
