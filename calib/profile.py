@@ -436,7 +436,7 @@ def audit_clause(text: str, outcome: str | bool, chapter: str | None = None,
     :func:`report` pass its ``ok``: True counts the draws that recorded "holds", False
     those that recorded "fails", so the clause agrees with a sentence that says this run
     failed."""
-    if isinstance(outcome, bool):
+    if not isinstance(outcome, str):  # a report's ok, a bool or numpy's bool_
         outcome = "holds" if outcome else "fails"
     r = recurrence(text, outcome, chapter, root)
     return NO_AUDIT_RECORD if r.n == 0 else f"the audit found the same {_draws_phrase(r)}"

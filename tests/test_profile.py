@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -107,6 +108,7 @@ def test_audit_clause_counts_the_outcome_of_this_run_for_a_report(tmp_path):
     assert profile.audit_clause("r", False, **kw) == "the audit found the same in 1 of 3 audited draws"
     assert profile.audit_clause("r", False, **kw) == profile.audit_clause("r", "fails", **kw)
     assert profile.audit_clause("never printed", False, **kw) == profile.NO_AUDIT_RECORD
+    assert profile.audit_clause("r", np.bool_(False), **kw).endswith("in 1 of 3 audited draws")
 
 
 def test_clopper_pearson_lower_bound_matches_scipy():
