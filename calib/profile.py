@@ -432,12 +432,19 @@ def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
 NO_AUDIT_RECORD = "the audit holds no record of this version of the chapter yet"
 
 
-def audit_clause(text: str, outcome: str, chapter: str | None = None,
+def audit_clause(text: str, outcome: str | bool, chapter: str | None = None,
                  root: str | os.PathLike | None = None) -> str:
     """For prose (glue it), a whole clause: "the audit found the same in every one of the 5
     audited draws" (or "in 3 of 5 audited draws"), or :data:`NO_AUDIT_RECORD` while the audit
     holds no draw of the chapter's current procedure, where "found the same in no audited
-    draw yet" would read as a failure."""
+    draw yet" would read as a failure.
+
+    ``outcome``: this run's outcome, "the same" that the clause counts. For a
+    :func:`report` pass its ``ok``: True counts the draws that recorded "holds", False
+    those that recorded "fails", so the clause agrees with a sentence that says this run
+    failed."""
+    if not isinstance(outcome, str):  # a report's ok, a bool or numpy's bool_
+        outcome = "holds" if outcome else "fails"
     r = recurrence(text, outcome, chapter, root)
     return NO_AUDIT_RECORD if r.n == 0 else f"the audit found the same {_draws_phrase(r)}"
 

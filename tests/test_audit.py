@@ -53,6 +53,30 @@ def test_asserted_claims_held_in_every_audited_run(chapter):
                                         f"{len(seen)} audited runs: report it as a verdict instead")
 
 
+def audit_state_calls(source: str) -> list[ast.Call]:
+    """Every audit_state(...) call of ``source``."""
+    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and "audit_state" in (getattr(node.func, "id", None), getattr(node.func, "attr", None))]
+
+
+@pytest.mark.parametrize("chapter", audit.TRAINING_CHAPTERS)
+def test_a_chapter_that_asserts_no_claim_says_so_in_its_audit_state(chapter):
+    """Referee s15 N-1: chapter 10 only reports, yet audit_state() counted the claim lines of
+    older records of its procedure and said "each of its asserted claims held"."""
+    code = _code(chapter)
+    if claim_texts(code):
+        return
+    for call in audit_state_calls(code):
+        given = {k.arg: k.value for k in call.keywords}
+        assert "asserts" in given and isinstance(given["asserts"], (ast.Tuple, ast.List)) and not (
+            given["asserts"].elts), f"{chapter} asserts no claim(): call profile.audit_state(asserts=())"
+
+
+def test_audit_state_calls_are_found():
+    calls = audit_state_calls("profile.audit_state()\naudit_state(asserts=())\nx.claim(1, 'a')")
+    assert [len(c.keywords) for c in calls] == [0, 1]
+
+
 def test_failing_claim_stops_tests_but_not_a_readers_build(monkeypatch, capsys):
     monkeypatch.setenv("CALIB_PROFILE", "quick")
     monkeypatch.delenv("CALIB_SMOKE", raising=False)

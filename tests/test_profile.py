@@ -1,3 +1,4 @@
+import numpy as np
 import pytest
 import torch
 
@@ -94,6 +95,20 @@ def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path, monke
         "the audit found the same in every one of the 3 audited draws")
     assert profile.audit_clause("A below B", "holds", chapter="ch", root=tmp_path).endswith("in 3 of 4 audited draws (the other one split between thread settings)")
     assert profile.audit_clause("never printed", "holds", chapter="ch", root=tmp_path) == profile.NO_AUDIT_RECORD
+
+
+def test_audit_clause_counts_the_outcome_of_this_run_for_a_report(tmp_path):
+    """Referee s15 N-2: a glue said "not above 99 % ... in this run; the audit found the
+    same in every one of the 5 audited draws", counting "holds" for a run that failed."""
+    folder = tmp_path / "ch"
+    for offset, outcome in [(100, "holds"), (200, "fails"), (300, "holds")]:
+        _audit_file(folder, offset, 1, [("r", outcome)])
+    kw = dict(chapter="ch", root=tmp_path)
+    assert profile.audit_clause("r", True, **kw) == "the audit found the same in 2 of 3 audited draws"
+    assert profile.audit_clause("r", False, **kw) == "the audit found the same in 1 of 3 audited draws"
+    assert profile.audit_clause("r", False, **kw) == profile.audit_clause("r", "fails", **kw)
+    assert profile.audit_clause("never printed", False, **kw) == profile.NO_AUDIT_RECORD
+    assert profile.audit_clause("r", np.bool_(False), **kw).endswith("in 1 of 3 audited draws")
 
 
 def test_clopper_pearson_lower_bound_matches_scipy():
