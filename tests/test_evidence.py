@@ -310,6 +310,15 @@ def test_p_values_are_not_rounded_across_alpha(p, text):
     assert evidence._p_text(p, 0.05) == text
 
 
+def test_the_verdict_table_rounds_p_as_the_verdict_line_does():
+    from dataclasses import replace
+
+    v = evidence.compare([3.0, 4.0, 3.5], [1.0, 1.2, 0.9], "x")
+    near = replace(v, p=0.0496, p_adjusted=0.0496)  # holds, yet two digits would print 0.05
+    frame = evidence.table([near, replace(v, p=math.nan, p_adjusted=math.nan)])
+    assert list(frame["p (adjusted)"]) == ["0.0496", "n/a"]
+
+
 # --- a verdict in words: numbers to two digits, what a directional claim shows --------------
 
 

@@ -314,7 +314,7 @@ def table(verdicts: Sequence[Verdict], digits: int = 2) -> object:
     frame = pd.DataFrame([v.as_row() for v in verdicts])
     for col in ("difference", "CI low", "CI high"):
         frame[col] = frame[col].round(digits)
-    frame["p (adjusted)"] = frame["p (adjusted)"].map(lambda p: f"{p:.2g}" if math.isfinite(p) else "n/a")
+    frame["p (adjusted)"] = [_p_text(v.p_outcome, v.alpha) for v in verdicts]  # never 0.0496 as 0.05
     return frame.set_index("claim")
 
 
