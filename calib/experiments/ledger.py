@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .grid import cell_name_parts
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
@@ -481,9 +482,9 @@ def _fused_current(name: str, root: str | os.PathLike | None) -> bool:
 
 
 def _cell_loss(cell: str) -> str:
-    """The loss of a cell directory ``<data>__<model>__<loss spec>@<settings>__s<seed>``
-    ("" for a name of another form)."""
-    return cell.split("__")[2].split("@")[0].split("-")[0] if cell.count("__") >= 3 else ""
+    """The loss of a cell directory (:func:`cell_name_parts`; "" for a name of another form)."""
+    parts = cell_name_parts(cell)
+    return parts[0] if parts else ""
 
 
 def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
