@@ -413,8 +413,10 @@ def recurrence(text: str, outcome: str, chapter: str | None = None,
 
 
 def _draws_phrase(r: Recurrence) -> str:
-    """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws", with the split draws."""
-    where = f"in every one of the {r.n} audited draws" if r.every_draw else f"in {r.k} of {r.n} audited draws"
+    """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws" ("in the one
+    audited draw" where there is one), with the split draws."""
+    where = (f"in {r.k} of {r.n} audited draws" if not r.every_draw
+             else "in the one audited draw" if r.n == 1 else f"in every one of the {r.n} audited draws")
     if r.split:
         rest = "the other one" if r.split == 1 else f"the other {r.split}"
         where += (f" ({rest} split between thread settings)" if r.k + r.split == r.n

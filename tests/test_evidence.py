@@ -237,6 +237,14 @@ def test_family_table_tells_a_cell_not_in_the_design_from_one_not_run_yet():
     assert fam.tally().endswith("(2 not tested yet)")  # the "—" cell is not counted
 
 
+def test_tally_verbs_agree_with_their_counts():
+    held = evidence.compare([3.0, 3.1, 3.3], [1.0, 1.1, 1.2], "held")
+    flat = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], "flat")  # undecided
+    assert evidence.tally([held, flat, flat]) == "1 of 3 holds, 0 are contradicted and 2 are undecided"
+    assert evidence.tally([held, held, flat]) == "2 of 3 hold, 0 are contradicted and 1 is undecided"
+    assert evidence.tally([]) == "0 of 0 hold, 0 are contradicted and 0 are undecided"
+
+
 def test_family_one_sample_cells_count_the_values_of_a():
     fam = evidence.Family(["n"], min_n=3)
     fam.add("T > 1", "n", [1.5, 1.6, 1.4], 1.0, "T above 1", unit="")
@@ -308,6 +316,24 @@ def test_swapping_the_sides_of_an_equivalence_only_flips_the_sign():
 @pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5")])
 def test_p_values_are_not_rounded_across_alpha(p, text):
     assert evidence._p_text(p, 0.05) == text
+
+
+@pytest.mark.parametrize("p, text", [(1.3e-79, "< 1e-10"), (0.0, "< 1e-10"), (1.2e-10, "1.2e-10"),
+                                     (math.nan, "n/a")])
+def test_p_values_below_the_floor_print_as_a_bound(p, text):
+    assert evidence._p_text(p, 0.05) == text
+
+
+def test_a_p_value_past_the_float_range_prints_p_below_the_floor():
+    """One run a side, seed_sd=0 and a difference 50 test-set SEs wide: the normal tail
+    underflows to p = 0, a real test (the verdict holds), printed "p < 1e-10", never "p = 0"."""
+    v = evidence.compare([1.0], [0.5], "x", paired=False, seed_sd=0.0, test_se=0.01)
+    assert v.p == 0.0 and v.outcome == "holds" and "Welch t, 1 vs 1 seeds" in v.test
+    assert "p < 1e-10," in str(v) and "p = 0" not in str(v)
+    eq = evidence.compare([1.0], [1.0], "y", paired=False, seed_sd=0.0, test_se=1e-3,
+                          direction="equivalent", margin=0.1)
+    assert 'p < 1e-10 for "within ±0.1", 1 for "beyond"' in str(eq)
+    assert list(evidence.table([v])["p (adjusted)"]) == ["< 1e-10"]
 
 
 def test_the_verdict_table_rounds_p_as_the_verdict_line_does():

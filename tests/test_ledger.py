@@ -230,7 +230,7 @@ def test_paper_runs_key_the_ledger_rows_like_the_chapters_results(tmp_path):
     summary = ledger.method_table("lin2024_t1", {"CE": "ce", "MMCE": "mmce:normalization=code", "focal": "focal"},
                                   tmp_path)
     assert summary["n"].tolist() == [3, 3, 0] and summary.loc["CE", "ECE (%)"] == "6.00 ± 1.00"
-    assert summary.loc["MMCE", "T"] == "1.50 ± 0.00" and summary.loc["focal", "ECE (%)"] == ""
+    assert summary.loc["MMCE", "T"] == "1.50 ± 0.00" and summary.loc["focal", "ECE (%)"] == "not yet run"
     means = ledger.method_means("lin2024_t1", {"CE": "ce", "focal": "focal"}, "ece", tmp_path)
     assert means["CE"] == pytest.approx(0.06) and math.isnan(means["focal"])
 

@@ -55,6 +55,20 @@ def test_gamma_curves_and_labels_on_a_built_ledger(tmp_path):
     assert lr_rows["γ-Net SECE, meta-lr 0.0001"]["ece"].tolist() == [0.03, 0.07]
 
 
+def test_the_method_table_says_why_a_row_is_empty(tmp_path):
+    """meta-L2's rows have no run because every one diverged: they read "diverged", not blank;
+    a method the sweep has not reached reads "not yet run"."""
+    l2 = "meta=l2_reg,meta_objective=dece"
+    cell = f"fashion_mnist__cnn5__ce@{l2}__s0"
+    _sweep(tmp_path, [_row("ce", "", s, 0.05, 1.5) for s in (0, 1)],
+           {cell: [{"train_penalty": -0.1}]}, diverged={cell})
+    record = dict(_row("ce", l2, 0, 0.0, 0.0), epoch=19, step=31)
+    (tmp_path / meta_ledger.SWEEP / "runs" / cell / "diverged.json").write_text(json.dumps(record))
+    table = ledger.method_table(meta_ledger.SWEEP, meta_ledger.METHODS, tmp_path)
+    assert table.loc["meta-L2 DECE"].tolist() == [0] + ["diverged"] * 4
+    assert table.loc["meta-L2 SECE", "ECE (%)"] == "not yet run" and table.loc["CE", "n"] == 2
+
+
 @pytest.mark.skipif(not (ROOT / meta_ledger.LR_SWEEP / "results.csv").exists(),
                     reason="no committed wang2024_t1 and gamma_net_lr sweeps")
 def test_the_labels_find_every_committed_row():

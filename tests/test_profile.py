@@ -111,6 +111,14 @@ def test_audit_clause_counts_the_outcome_of_this_run_for_a_report(tmp_path):
     assert profile.audit_clause("r", np.bool_(False), **kw).endswith("in 1 of 3 audited draws")
 
 
+def test_one_audited_draw_reads_as_one_draw(tmp_path):
+    """Not "in every one of the 1 audited draws"."""
+    _audit_file(tmp_path / "ch", 100, 1, [("r", "holds")])
+    assert profile.audit_clause("r", "holds", chapter="ch", root=tmp_path) == (
+        "the audit found the same in the one audited draw")
+    assert profile.audit_clause("r", "fails", chapter="ch", root=tmp_path).endswith("in 0 of 1 audited draws")
+
+
 def test_clopper_pearson_lower_bound_matches_scipy():
     from scipy import stats
 

@@ -168,6 +168,22 @@ def test_grid_order_and_names():
     assert [c.data for c in two] == ["digits", "digits", "gaussian", "gaussian"]
 
 
+def test_cell_names_read_back_into_loss_settings_and_seed():
+    """The one reader of Cell.name, which the ledger's readers (ledger, reduction_ledger) share."""
+    from calib.experiments import ledger, reduction_ledger
+    from calib.experiments.grid import cell_name_parts
+
+    specs = ["ce", "focal:gamma=3@clip_grad=2,lr=0.1",
+             'focal@meta=gamma_net,meta_kwargs={"meta_lr":0.0001},meta_objective=sece']
+    cells = sw.grid_cells(specs, [0, 12], data="fashion_mnist", model="cnn5")
+    got = [cell_name_parts(c.name) for c in cells]
+    assert got[:4] == [("ce", "", 0), ("ce", "", 12), ("focal", "clip_grad=2,lr=0.1", 0), ("focal", "clip_grad=2,lr=0.1", 12)]
+    assert got[5][0] == "focal" and got[5][2] == 12 and "__" in cells[5].name  # the slugged JSON's "__"
+    assert cell_name_parts("digits__mlp__ce") is None and cell_name_parts("notes") is None
+    assert ledger._cell_loss(cells[5].name) == "focal" and ledger._cell_loss("notes") == ""
+    assert reduction_ledger._cell_key("reduction", cells[2].name) == ("focal", "C", 10000, 0, 0)
+
+
 def test_paper_seeds(monkeypatch):
     assert PAPER_SEEDS["lin2024"] == (1, 42, 71)
     assert [c.seed for c in sw.grid_cells(["ce"], "paper", preset="lin2024")] == [1, 42, 71]

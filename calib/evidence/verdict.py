@@ -52,10 +52,10 @@ class Verdict:
         adj = " adj." if adjusted else ""
         if self.direction == "equivalent":
             # two tests, each named by the claim its small p would show
-            p = (f"p = {_p_text(self.p_adjusted, self.alpha)}{adj} for \"within ±{self.margin:g}{u}\", "
+            p = (f"p {_p_is(self.p_adjusted, self.alpha)}{adj} for \"within ±{self.margin:g}{u}\", "
                  f"{_p_text(self.p_beyond_adjusted, self.alpha)}{adj} for \"beyond\"")
         else:
-            p = f"p = {_p_text(self.p_adjusted, self.alpha)}{adj}"
+            p = f"p {_p_is(self.p_adjusted, self.alpha)}{adj}"
         # the interval is per comparison; in a family the verdict follows the adjusted p
         level = f"{100 * self.ci_level:.0f}% CI" + (" per comparison" if adjusted else "")
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
@@ -82,13 +82,26 @@ class Verdict:
                 "seeds": f"{self.n_a} vs {self.n_b}" if self.n_b else str(self.n_a), "test": self.test}
 
 
+P_FLOOR = 1e-10  # smaller p-values print as "< 1e-10": their digits are model tails, not evidence
+
+
 def _p_text(p: float | None, alpha: float) -> str:
     """p to two significant digits, or three where two would round it across alpha (0.0498);
-    "n/a" where no test could be made (NaN)."""
+    "< 1e-10" below :data:`P_FLOOR`, 0 included (a t or normal tail past the floating-point
+    range, e.g. a difference 40 test-set standard errors wide: a real test, never a measured
+    0); "n/a" where no test could be made (NaN)."""
     if p is None or not math.isfinite(p):
         return "n/a"
+    if p < P_FLOOR:
+        return f"< {P_FLOOR:g}"
     text = f"{p:.2g}"
     return text if (float(text) < alpha) == (p < alpha) else f"{p:.3g}"
+
+
+def _p_is(p: float | None, alpha: float) -> str:
+    """:func:`_p_text` as it follows "p" in a sentence: "= 0.034", "< 1e-10", "= n/a"."""
+    text = _p_text(p, alpha)
+    return text if text.startswith("<") else f"= {text}"
 
 
 def _values(x: Sequence[float] | np.ndarray, name: str) -> np.ndarray:
@@ -319,14 +332,19 @@ def table(verdicts: Sequence[Verdict], digits: int = 2) -> object:
 
 
 def tally(verdicts: Sequence[Verdict]) -> str:
-    """``"2 of 4 hold, 0 are contradicted and 2 are undecided"``: a family's outcomes for prose."""
+    """``"2 of 4 hold, 0 are contradicted and 2 are undecided"``: a family's outcomes for prose.
+
+    Each verb agrees with its count, the number of verdicts: "1 of 4 holds", "1 is undecided"."""
     n = {o: sum(v.outcome == o for v in verdicts) for o in OUTCOMES}
+    held, contra, undecided = n["holds"], n["contradicted"], n["undecided"]
+    return (f"{held} of {len(verdicts)} {_agree(held, 'holds', 'hold')}, "
+            f"{contra} {_agree(contra, 'is', 'are')} contradicted and "
+            f"{undecided} {_agree(undecided, 'is', 'are')} undecided")
 
-    def are(k: int) -> str:
-        return "is" if k == 1 else "are"
 
-    return (f"{n['holds']} of {len(verdicts)} hold, {n['contradicted']} {are(n['contradicted'])} "
-            f"contradicted and {n['undecided']} {are(n['undecided'])} undecided")
+def _agree(count: int, one: str, many: str) -> str:
+    """The verb for a subject of ``count`` things: singular for exactly one."""
+    return one if count == 1 else many
 
 
 class Family:
@@ -345,7 +363,7 @@ class Family:
     >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
     >>> fam.add("CE over-confident", "large", [1.2], 1.0, "T > 1 (large)")
     >>> fam.tally()
-    '1 of 1 hold, 0 are contradicted and 0 are undecided (1 not tested yet)'
+    '1 of 1 holds, 0 are contradicted and 0 are undecided (1 not tested yet)'
     """
 
     def __init__(self, columns: Sequence[str], *, min_n: int = 2,

@@ -159,6 +159,18 @@ class Cell:
         return _slug(f"{self.data}__{self.model}__{loss}__s{self.seed}")
 
 
+def cell_name_parts(name: str) -> tuple[str, str, int] | None:
+    """(loss, settings, seed) of a run directory named by :attr:`Cell.name`,
+    ``<data>__<model>__<loss>[-<loss kwargs>][@<settings>]__s<seed>``: ``"focal"``,
+    ``"clip_grad=2,lr=0.1"``, 0. The settings are as the name spells them (slugged, so
+    JSON in them is not parsed back); None for a name of another form."""
+    parts = name.split("__")
+    if len(parts) < 4 or not re.fullmatch(r"s\d+", parts[-1]):
+        return None
+    spec, _, settings = "__".join(parts[2:-1]).partition("@")  # a slugged setting may hold "__"
+    return spec.split("-", 1)[0], settings, int(parts[-1][1:])
+
+
 def _as_list(value: str | Iterable[str], what: str) -> list[str]:
     items = [value] if isinstance(value, str) else list(value)
     items = [v.strip() for item in items for v in str(item).split(",") if v.strip()]

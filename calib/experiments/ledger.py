@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from .grid import cell_name_parts
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
@@ -481,9 +482,9 @@ def _fused_current(name: str, root: str | os.PathLike | None) -> bool:
 
 
 def _cell_loss(cell: str) -> str:
-    """The loss of a cell directory ``<data>__<model>__<loss spec>@<settings>__s<seed>``
-    ("" for a name of another form)."""
-    return cell.split("__")[2].split("@")[0].split("-")[0] if cell.count("__") >= 3 else ""
+    """The loss of a cell directory (:func:`cell_name_parts`; "" for a name of another form)."""
+    parts = cell_name_parts(cell)
+    return parts[0] if parts else ""
 
 
 def provenance(name: str, root: str | os.PathLike = ROOT) -> dict[str, Any]:
@@ -615,12 +616,19 @@ def paper_runs(name: str, plan: Any, root: str | os.PathLike | None = None) -> d
 
 def paper_diverged(name: str, plan: Any, root: str | os.PathLike | None = None) -> dict[tuple[str, str, str], int]:
     """How many seeds of each planned run of a paper-table sweep diverged (only those with any)."""
-    import pandas as pd
-
-    frame = pd.DataFrame(list(diverged_cells(name, root).values()))
+    frame = _diverged_frame(name, root)
     if frame.empty:
         return {}
     return {key: len(runs) for key, runs in _planned(frame, name, plan).items()}
+
+
+def _diverged_frame(name: str, root: str | os.PathLike | None) -> Any:
+    """The diverged cells' key columns (data, model, loss, loss_kwargs, settings, seed, as a
+    results row has them) as a DataFrame; empty where none diverged."""
+    import pandas as pd
+
+    frame = pd.DataFrame(list(diverged_cells(name, root).values()))
+    return frame if {"loss", "loss_kwargs"} <= set(frame.columns) else pd.DataFrame()
 
 
 def _planned(frame: Any, name: str, plan: Any) -> dict[tuple[str, str, str], Any]:
@@ -641,18 +649,21 @@ TABLE_COLUMNS = (("accuracy", "accuracy (%)", 100.0), ("ece", "ECE (%)", 100.0),
 def method_table(name: str, methods: Mapping[str, Any], root: str | os.PathLike | None = None) -> Any:
     """``mean ± std`` over the seeds of a sweep's committed rows, one row per method.
 
-    ``methods`` is ``{label: loss spec}`` as a chapter names its losses; a method the
-    ledger has not reached yet gets ``n`` = 0 and empty cells. Columns (:data:`TABLE_COLUMNS`):
-    ``n``, the accuracy and the ECE before and after temperature
-    scaling (the sweep's own T fit) in percent, and ``T``.
+    ``methods`` is ``{label: loss spec}`` as a chapter names its losses. Columns
+    (:data:`TABLE_COLUMNS`): ``n``, the accuracy and the ECE before and after temperature
+    scaling (the sweep's own T fit) in percent, and ``T``. A method without rows has
+    ``n`` = 0 and says why in its cells: "diverged" where its runs diverged (loss NaN or
+    inf, kept without a row), "not yet run" where the ledger has not reached it.
     """
     import pandas as pd
 
-    from .tables import mean_std
+    from .tables import mean_std, runs_of
 
+    blown = _diverged_frame(name, root)
     rows = {}
     for label, runs in method_runs(name, methods, root).items():
-        rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else ""
+        why = "diverged" if not blown.empty and len(runs_of(blown, methods[label])) else "not yet run"
+        rows[label] = {"n": len(runs), **{head: mean_std(runs[col], scale) if len(runs) else why
                                           for col, head, scale in TABLE_COLUMNS}}
     return pd.DataFrame(rows).T.rename_axis(f"ledger: {name}")
 

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .grid import cell_name_parts
 from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load
 
 __all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "protocol_table", "epoch_curves",
@@ -173,11 +174,11 @@ def _row_key(name: str, row: Mapping[str, Any]) -> tuple[str, str, int, int, int
 
 
 def _cell_key(name: str, cell: str) -> tuple[str, str, int, int, int]:
-    """A cell directory's (loss, protocol, train_size, split_seed, seed); its name reads
-    ``<data>__<model>__<loss spec>@<settings>__s<seed>`` (calib.experiments.sweep)."""
-    _, _, loss_spec, seed = cell.split("__")
-    spec, settings = loss_spec.split("@", 1)
-    return _key(name, spec.split("-", 1)[0], settings, int(seed.removeprefix("s")))
+    """A cell directory's (loss, protocol, train_size, split_seed, seed), read from its name
+    (:func:`calib.experiments.grid.cell_name_parts`)."""
+    if (parts := cell_name_parts(cell)) is None:
+        raise ValueError(f"{cell!r} is not a sweep cell's directory name")
+    return _key(name, *parts)
 
 
 def _devices(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int, int, int], str]:
