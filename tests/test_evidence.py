@@ -324,6 +324,13 @@ def test_p_values_below_the_floor_print_as_a_bound(p, text):
     assert evidence._p_text(p, 0.05) == text
 
 
+@pytest.mark.parametrize("p, text", [(0.0123, "p = 0.012"), (0.0498, "p = 0.0498"),
+                                     (0.0, "p < 1e-10"), (math.nan, "p = n/a")])
+def test_p_value_quotes_p_as_the_verdict_lines_do(p, text):
+    """The chapters' own sentences quote p by the verdict lines' rule, never "p = 0.000"."""
+    assert evidence.p_value(p) == text
+
+
 def test_a_p_value_past_the_float_range_prints_p_below_the_floor():
     """One run a side, seed_sd=0 and a difference 50 test-set SEs wide: the normal tail
     underflows to p = 0, a real test (the verdict holds), printed "p < 1e-10", never "p = 0"."""

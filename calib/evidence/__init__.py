@@ -50,11 +50,11 @@ from .noise import (
 )
 from .power import detectable_difference
 from .verdict import OUTCOMES, Direction, Family, Verdict, _p_text, compare, decide, table, tally
-from .words import interval, number, shown, verdict_line
+from .words import interval, number, p_value, shown, verdict_line
 
 __all__ = ["Verdict", "Family", "compare", "decide", "test_se", "compare_runs", "noise_floor",
            "ece_bias", "ece_noise", "debiased_ce", "detectable_difference", "table", "tally",
            "entropy_of_wrong", "nll_of_wrong", "OUTCOMES", "Direction", "Metric", "shown", "verdict_line",
-           "number", "interval"]
+           "number", "interval", "p_value"]
 # private helpers the tests reach through the package (kept importable as before the split)
 _PRIVATE = (_calibrated_sample, _confidences, _p_text)

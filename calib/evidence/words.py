@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 
-from .verdict import Verdict
+from .verdict import Verdict, _p_is
 
 
 MAX_DECIMALS = 6  # below a millionth an effect or a bound is round-off: it prints as 0
@@ -25,6 +25,13 @@ def number(x: float, unit: str = "", decimals: int | None = None) -> str:
     if float(text) == 0:
         return "0" + unit
     return ("+" if x > 0 else "−") + text + unit
+
+
+def p_value(p: float | None, alpha: float = 0.05) -> str:
+    """``p`` as a sentence quotes it: ``"p = 0.034"`` to two significant digits (three where
+    two would round it across ``alpha``), ``"p < 1e-10"`` below the print floor, ``"p = n/a"``
+    where no test was made; the rule of every verdict line (:class:`Verdict`)."""
+    return f"p {_p_is(p, alpha)}"
 
 
 def interval(low: float, high: float, unit: str = "") -> str:
