@@ -195,7 +195,7 @@ def test_paper_table_sweeps_train_every_method_the_plans_would():
     from calib.experiments import plans
 
     for name, (preset, title, specs) in ledger.PAPER_TABLES.items():
-        paper, net = {"lin2024": ("lin2024uncertainty", "ResNet-50"), "mukhoti2020": ("mukhoti2020focal", "ResNet-50"),
+        paper, net = {"lin2024": ("lin2024uncertainty", "ResNet-50"), "mukhoti2020": ("mukhoti2020using", "ResNet-50"),
                       "wang2024": ("wang2024unbiased", "ResNet-18")}[preset]
         table = plans.paper_table(title, paper=paper, preset=preset, net=("cifar", net))
         planned, _ = plans.plan_runs([table])

@@ -11,6 +11,7 @@ import sys
 import tomllib
 
 import pytest
+import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
@@ -219,6 +220,26 @@ def test_every_bibliography_entry_closes_before_the_next_begins():
             depth -= 1
             assert depth >= 0, f"book/references.bib line {line}: unbalanced '}}'"
     assert depth == 0, "book/references.bib: the last entry is not closed"
+
+
+def test_a_bibliography_label_names_one_paper_on_every_page():
+    """Each chapter lists its own references; the labels come from the whole file (calib_bib).
+
+    pybtex makes alpha labels unique within one list only, so the two Mukhoti et al. 2020
+    papers were both "MKS+20", each on other pages.
+    """
+    pytest.importorskip("pybtex")
+    sys.path.insert(0, str(ROOT / "book/_ext"))
+    try:
+        import calib_bib
+    finally:
+        sys.path.remove(str(ROOT / "book/_ext"))
+    labels = calib_bib.book_labels([ROOT / "book/references.bib"])
+    assert len(set(labels.values())) == len(labels)
+    assert labels["mukhoti2020using"] != labels["mukhoti2020focal"]
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    assert config["sphinx"]["local_extensions"] == {"calib_bib": "book/_ext"}
+    assert config["sphinx"]["config"]["bibtex_default_style"] == "calib"
 
 
 def test_make_lab_passes_allow_root_exactly_for_root():

@@ -27,10 +27,10 @@ EXPECTED_COUNTS = {
     ("wang2021rethinking", "2"): 4 * 2 * 4,
     # Mukhoti et al. (2020) Table 1: 10 dataset-model rows (CIFAR-100 × 4, CIFAR-10 × 4,
     # Tiny-ImageNet, SST) × 5 methods (CE, Brier, MMCE, LS-0.05, focal γ=3) × pre/post T.
-    ("mukhoti2020focal", "1"): 10 * 5 * 2,
+    ("mukhoti2020using", "1"): 10 * 5 * 2,
     # Mukhoti et al. (2020) Table C.3 (test error): only the two cells chapter 2 quotes,
     # CIFAR-10 ResNet-50 with CE and with focal γ = 3.
-    ("mukhoti2020focal", "C.3"): 2,
+    ("mukhoti2020using", "C.3"): 2,
 }
 
 
@@ -69,7 +69,7 @@ def test_spot_checks_quoted_in_design_section_7():
     lin100 = {**lin, "dataset": "cifar100"}
     assert _one(**lin100, method="ce", ts="pre")["value"] == 18.05
     assert _one(**lin100, method="bsce_gra", ts="post")["value"] == 1.59
-    muk = dict(paper="mukhoti2020focal", dataset="cifar10", model="resnet50", metric="ece")
+    muk = dict(paper="mukhoti2020using", dataset="cifar10", model="resnet50", metric="ece")
     ce_post = _one(**muk, method="ce", ts="post")
     assert (_one(**muk, method="ce", ts="pre")["value"], ce_post["value"], ce_post["temperature"]) == (4.35, 1.35, 2.5)
     fl_post = _one(**muk, method="focal", ts="post")
@@ -87,10 +87,10 @@ def test_stds_temperatures_and_paper_models():
     assert (ts["value"], ts["std"], ts["temperature"]) == (0.95, 0.19, 2.51)
     # pre-T rows carry no temperature; every Mukhoti et al. post-T row does
     assert all(r["temperature"] is None for r in papers.results(ts="pre"))
-    assert all(r["temperature"] is not None for r in papers.results(paper="mukhoti2020focal", ts="post"))
+    assert all(r["temperature"] is not None for r in papers.results(paper="mukhoti2020using", ts="post"))
     # ResNet-110 of the focal-loss code is the 45.9M bottleneck net, not He et al.'s 1.7M one
-    assert papers.PAPER_MODELS[("mukhoti2020focal", "cifar", "ResNet-110")] == "resnet110_bottleneck"
-    assert {r["model"] for r in papers.results(paper="mukhoti2020focal", dataset="cifar10")} >= {"resnet110_bottleneck"}
+    assert papers.PAPER_MODELS[("mukhoti2020using", "cifar", "ResNet-110")] == "resnet110_bottleneck"
+    assert {r["model"] for r in papers.results(paper="mukhoti2020using", dataset="cifar10")} >= {"resnet110_bottleneck"}
     assert set(papers.PAPER_MODELS.values()) <= set(models.names())
     for (paper, method), kw in papers.PAPER_LOSS_KWARGS.items():
         assert paper in papers.PAPERS
@@ -98,10 +98,10 @@ def test_stds_temperatures_and_paper_models():
 
 
 def test_results_filters_and_errors():
-    rows = papers.results(paper="mukhoti2020focal", dataset=("cifar10", "cifar100"), ts="post")
+    rows = papers.results(paper="mukhoti2020using", dataset=("cifar10", "cifar100"), ts="post")
     assert len(rows) == 8 * 5 and {r["dataset"] for r in rows} == {"cifar10", "cifar100"}
     rows[0]["value"] = -1.0  # copies: the cache is not touched
-    assert papers.results(paper="mukhoti2020focal", dataset=("cifar10", "cifar100"), ts="post")[0]["value"] != -1.0
+    assert papers.results(paper="mukhoti2020using", dataset=("cifar10", "cifar100"), ts="post")[0]["value"] != -1.0
     with pytest.raises(TypeError, match="unknown column"):
         papers.results(loss="ce")
     with pytest.raises(ValueError, match="cifar-10"):

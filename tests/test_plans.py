@@ -38,7 +38,7 @@ def test_paper_table_reads_the_papers_rows(lin) -> None:
 def test_loss_spec_applies_the_papers_keywords_and_drops_defaults() -> None:
     assert plans.loss_spec("lin2024uncertainty", "mmce", "") == ("mmce", {"normalization": "code"})
     assert plans.loss_spec("wang2024unbiased", "focal", "gamma=1") == ("focal", {"gamma": 1.0})
-    assert plans.loss_spec("mukhoti2020focal", "focal", "gamma=3") == ("focal", {})  # γ = 3 is the default
+    assert plans.loss_spec("mukhoti2020using", "focal", "gamma=3") == ("focal", {})  # γ = 3 is the default
     with pytest.raises(ValueError, match="no loss named"):
         plans.loss_spec("wang2024unbiased", "mixup", "")
 
@@ -123,7 +123,7 @@ def test_lowest_names_our_and_the_papers_best_method(lin) -> None:
 
 
 def test_shared_sweeps_train_a_protocol_once(lin, wang) -> None:
-    muk = plans.paper_table("Mukhoti et al. (2020) Table 1", paper="mukhoti2020focal",
+    muk = plans.paper_table("Mukhoti et al. (2020) Table 1", paper="mukhoti2020using",
                             preset="mukhoti2020", net=("cifar", "ResNet-50"))
     runs, _ = plans.plan_runs([lin, muk, wang])
     sweeps = plans.shared_sweeps([lin, muk, wang], runs, seeds=[0, 1, 2], model="mlp")

@@ -30,8 +30,10 @@ def write(out: pathlib.Path) -> None:
     config["execute"] = {"execute_notebooks": "off"}
     config["title"] = config["title"] + " (API reference)"
     config.pop("bibtex_bibfiles", None)  # the API pages cite no bibliography entry
+    config["sphinx"].pop("local_extensions", None)
     sphinx = config["sphinx"]["config"]
     sphinx.pop("bibtex_reference_style", None)
+    sphinx.pop("bibtex_default_style", None)
     # links from the API pages to chapters resolve in the whole book (make book, -W), not here
     sphinx["suppress_warnings"] = [*sphinx.get("suppress_warnings", []), "ref.doc"]
     index, *pages = api_pages(yaml.safe_load((ROOT / "_toc.yml").read_text()))

@@ -7,7 +7,7 @@ book quotes), one row per number, as printed. Chapters read
 it instead of typing a paper's number::
 
     from calib.experiments import papers
-    rows = papers.results(paper="mukhoti2020focal", dataset="cifar10",
+    rows = papers.results(paper="mukhoti2020using", dataset="cifar10",
                           method="focal")
     table = papers.beside(our_summary, paper="lin2024uncertainty", table="1",
                           metric="ece", ts="pre")
@@ -59,7 +59,7 @@ PAPERS: dict[str, str] = {
     "lin2024uncertainty": "Lin et al. (2024)",
     "wang2024unbiased": "Wang & Golebiowski (2024)",
     "wang2021rethinking": "Wang et al. (2021)",
-    "mukhoti2020focal": "Mukhoti et al. (2020)",
+    "mukhoti2020using": "Mukhoti et al. (2020)",
 }
 """Bib key -> the name a reader sees."""
 
@@ -73,11 +73,11 @@ PAPER_ONLY_MODELS = {"cnn1d_8layer": "8-layer 1-D CNN on 20 Newsgroups (Wang et 
 
 PAPER_MODELS: dict[tuple[str, str, str], str] = {
     # (paper, dataset, the paper's name for the net) -> calib registry name
-    ("mukhoti2020focal", "cifar", "ResNet-50"): "resnet50",
-    ("mukhoti2020focal", "cifar", "ResNet-110"): "resnet110_bottleneck",
-    ("mukhoti2020focal", "cifar", "Wide-ResNet-26-10"): "wrn26_10",
-    ("mukhoti2020focal", "cifar", "DenseNet-121"): "densenet121",
-    ("mukhoti2020focal", "tiny_imagenet", "ResNet-50"): "resnet50_tiny_imagenet",
+    ("mukhoti2020using", "cifar", "ResNet-50"): "resnet50",
+    ("mukhoti2020using", "cifar", "ResNet-110"): "resnet110_bottleneck",
+    ("mukhoti2020using", "cifar", "Wide-ResNet-26-10"): "wrn26_10",
+    ("mukhoti2020using", "cifar", "DenseNet-121"): "densenet121",
+    ("mukhoti2020using", "tiny_imagenet", "ResNet-50"): "resnet50_tiny_imagenet",
     ("lin2024uncertainty", "cifar", "ResNet-50"): "resnet50",
     ("lin2024uncertainty", "cifar", "ResNet-110"): "resnet110_bottleneck",
     ("lin2024uncertainty", "cifar", "Wide-ResNet-26-10"): "wrn26_10",
@@ -106,9 +106,9 @@ PAPER_MODELS: dict[tuple[str, str, str], str] = {
 """
 
 PAPER_LOSS_KWARGS: dict[tuple[str, str], dict[str, Any]] = {
-    ("mukhoti2020focal", "mmce"): {"lam": 2.0, "normalization": "code"},
-    ("mukhoti2020focal", "label_smoothing"): {"alpha": 0.05},
-    ("mukhoti2020focal", "focal"): {"gamma": 3.0},
+    ("mukhoti2020using", "mmce"): {"lam": 2.0, "normalization": "code"},
+    ("mukhoti2020using", "label_smoothing"): {"alpha": 0.05},
+    ("mukhoti2020using", "focal"): {"gamma": 3.0},
     ("lin2024uncertainty", "mmce"): {"lam": 2.0, "normalization": "code"},
     ("lin2024uncertainty", "flsd53"): {"gamma_low": 3.0, "gamma_high": 5.0, "threshold": 0.2},
     ("lin2024uncertainty", "dual_focal"): {"gamma": 5.0},
