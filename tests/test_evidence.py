@@ -187,6 +187,12 @@ def test_statistics_of_the_wrong_predictions():
 def test_values_rounded_to_a_grid_keep_a_noise_floor():
     same = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0])  # zero spread: no interval
     assert same.outcome == "undecided" and math.isnan(same.low) and math.isnan(same.p)
+    for a, b in (([0.1 + 0.2, 0.3, 0.3], [0.1] * 3), ([0.1 + 0.2, 0.3, 0.3], 0.1)):
+        rounded = evidence.compare(a, b)  # a spread of float rounding only is no spread either
+        assert rounded.outcome == "undecided" and math.isnan(rounded.p), rounded
+    welch = evidence.compare([0.1 + 0.2, 0.3, 0.3], [0.1, 0.1, 0.1 + 1e-17], paired=False)
+    assert welch.outcome == "undecided" and math.isnan(welch.p)
+    assert evidence.compare([0.3, 0.3 + 1e-9, 0.3], [0.1] * 3).outcome == "holds"  # real spread
     floored = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], resolution=0.1)
     se = math.sqrt(2 * 0.01 / 12 / 3)
     assert floored.high - floored.low == pytest.approx(2 * stats.t.ppf(0.975, 2) * se)

@@ -182,7 +182,8 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     (Schuirmann 1987) reject at ``alpha``, i.e. the ``1 − 2 alpha`` interval lies inside
     ``(−margin, margin)`` (p = the larger one-sided p); ``contradicted`` when the ``1 − alpha``
     interval lies wholly beyond one margin (``p_beyond`` = twice the smaller one-sided p
-    against the margins, below alpha). Zero measured spread and no test noise: p = NaN.
+    against the margins, below alpha). Zero measured spread (or float rounding only) and no
+    test noise: p = NaN.
     """
     _check_compare(direction, alpha, margin, test_se, resolution, seed_sd, seed_df, test_df)
     xa = _values(a, "a")
@@ -258,20 +259,29 @@ def _seed_noise(a: np.ndarray, b: np.ndarray, one_sample: bool, paired: bool,
         name = f"{'one-sample' if one_sample else 'paired'} t, {n} seed{'s' * (n > 1)}"
         if n < 2:
             return float(d.mean()), None, math.inf, name
-        var, least = float(d.var(ddof=1)) / n, (1 if one_sample else 2) * floor / n
+        scale = max(np.abs(a).max(), np.abs(b).max())
+        var, least = _sample_var(d, scale) / n, (1 if one_sample else 2) * floor / n
         if var < least:
             var, name = least, name + f", rounding to {resolution:g} as the floor"
         return float(d.mean()), var, n - 1, name
     name = f"Welch t, {a.size} vs {b.size} seeds"
     if min(a.size, b.size) < 2:
         return float(a.mean() - b.mean()), None, math.inf, name
-    va, vb = (float(x.var(ddof=1)) / x.size for x in (a, b))
+    va, vb = (_sample_var(x, np.abs(x).max()) / x.size for x in (a, b))
     fa, fb = floor / a.size, floor / b.size
     if va < fa or vb < fb:
         va, vb, name = max(va, fa), max(vb, fb), name + f", rounding to {resolution:g} as the floor"
     var = va + vb
     den = va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1)
     return float(a.mean() - b.mean()), var, var ** 2 / den if den > 0 else math.inf, name
+
+
+def _sample_var(x: np.ndarray, scale: float) -> float:
+    """x's sample variance; 0 where the spread is float rounding (16 ulps of ``scale``):
+    ``0.1 + 0.2`` beside ``0.3`` is one value, and a test on that spread would print
+    "holds, p < 1e-10" for a difference nothing measured."""
+    var = float(x.var(ddof=1))
+    return 0.0 if var <= (16 * np.finfo(float).eps * float(scale)) ** 2 else var
 
 
 def _adjust(p: np.ndarray, method: str) -> np.ndarray:
