@@ -4,8 +4,9 @@ Every chapter ends with its own bibliography, and pybtex's alpha labels are made
 only within one list. The two Mukhoti et al. 2020 papers (the ICML workshop paper this
 book reads and the NeurIPS paper it became) both came out as "MKS+20", naming one paper
 on chapter 2's list and the other on chapter 8's. This style labels the whole references
-file once, in file order, with alpha's a/b suffixes on a collision, so a label names the
-same paper on every page. ``_config.yml`` loads it (``local_extensions``) and selects it
+file once, with alpha's a/b suffixes on a collision, so a label names the
+same paper on every page. The a/b order is the lists' own (author, year, title), so a list
+holding both shows "a" above "b". ``_config.yml`` loads it (``local_extensions``) and selects it
 (``bibtex_default_style: calib``).
 """
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pybtex.style.labels.alpha import LabelStyle as AlphaLabels
 def book_labels(bibfiles: Iterable[str | pathlib.Path]) -> dict[str, str]:
     """Bib key -> alpha label, made unique over all entries of ``bibfiles`` together."""
     entries = [entry for path in bibfiles for entry in parse_file(str(path)).entries.values()]
+    entries = AlphaStyle().sort(entries)
     return dict(zip((entry.key for entry in entries), AlphaLabels().format_labels(entries)))
 
 

@@ -182,7 +182,7 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     (Schuirmann 1987) reject at ``alpha``, i.e. the ``1 − 2 alpha`` interval lies inside
     ``(−margin, margin)`` (p = the larger one-sided p); ``contradicted`` when the ``1 − alpha``
     interval lies wholly beyond one margin (``p_beyond`` = twice the smaller one-sided p
-    against the margins, below alpha). Zero measured spread (or float rounding only) and no
+    against the margins, below alpha). Zero measured spread (or float64 rounding only) and no
     test noise: p = NaN.
     """
     _check_compare(direction, alpha, margin, test_se, resolution, seed_sd, seed_df, test_df)
@@ -277,7 +277,8 @@ def _seed_noise(a: np.ndarray, b: np.ndarray, one_sample: bool, paired: bool,
 
 
 def _sample_var(x: np.ndarray, scale: float) -> float:
-    """x's sample variance; 0 where the spread is float rounding (16 ulps of ``scale``):
+    """x's sample variance; 0 where the spread is float64 rounding of the values (16 ulps of
+    ``scale``; a float32 computation's noise is larger and stays a spread):
     ``0.1 + 0.2`` beside ``0.3`` is one value, and a test on that spread would print
     "holds, p < 1e-10" for a difference nothing measured."""
     var = float(x.var(ddof=1))

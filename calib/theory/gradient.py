@@ -244,6 +244,6 @@ def lambert_gamma(p0: ArrayLike, *, branch: int = -1, exact: bool = False) -> np
 
 
 def flsd53_gamma(p: ArrayLike) -> np.ndarray:
-    """The FLSD-53 rule (Mukhoti et al. 2020; restated in Lin et al. 2024, App. 11): ``gamma = 5`` if ``p < 0.2`` else ``3``."""
+    """The FLSD-53 rule (Mukhoti et al. 2020, the NeurIPS version; restated in Lin et al. 2024, App. 11): ``gamma = 5`` if ``p < 0.2`` else ``3``."""
     ps = _check_unit(p, "p")
     return np.where(ps < 0.2, 5.0, 3.0)
