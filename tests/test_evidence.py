@@ -248,7 +248,10 @@ def test_tally_verbs_agree_with_their_counts():
     flat = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], "flat")  # undecided
     assert evidence.tally([held, flat, flat]) == "1 of 3 holds, 0 are contradicted and 2 are undecided"
     assert evidence.tally([held, held, flat]) == "2 of 3 hold, 0 are contradicted and 1 is undecided"
-    assert evidence.tally([]) == "0 of 0 hold, 0 are contradicted and 0 are undecided"
+    assert evidence.tally([]) == "none tested"
+    waiting = evidence.Family(["small"], min_n=3)
+    waiting.add("CE over-confident", "small", [1.4], 1.0, "T > 1 (small)")
+    assert waiting.tally() == "none of 1 tested yet"
 
 
 def test_family_one_sample_cells_count_the_values_of_a():

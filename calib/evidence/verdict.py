@@ -345,7 +345,10 @@ def table(verdicts: Sequence[Verdict], digits: int = 2) -> object:
 def tally(verdicts: Sequence[Verdict]) -> str:
     """``"2 of 4 hold, 0 are contradicted and 2 are undecided"``: a family's outcomes for prose.
 
-    Each verb agrees with its count, the number of verdicts: "1 of 4 holds", "1 is undecided"."""
+    Each verb agrees with its count, the number of verdicts: "1 of 4 holds", "1 is undecided".
+    No verdicts: ``"none tested"``."""
+    if not verdicts:
+        return "none tested"
     n = {o: sum(v.outcome == o for v in verdicts) for o in OUTCOMES}
     held, contra, undecided = n["holds"], n["contradicted"], n["undecided"]
     return (f"{held} of {len(verdicts)} {_agree(held, 'holds', 'hold')}, "
@@ -456,4 +459,7 @@ class Family:
     def tally(self) -> str:
         """:func:`tally` of the corrected verdicts, and how many cells are not tested yet."""
         waiting = sum(not isinstance(v, Verdict) for v in self._cells.values())
-        return tally(self.verdicts()) + (f" ({waiting} not tested yet)" if waiting else "")
+        tested = self.verdicts()
+        if not tested:
+            return f"none of {waiting} tested yet" if waiting else "none tested"
+        return tally(tested) + (f" ({waiting} not tested yet)" if waiting else "")
