@@ -164,7 +164,14 @@ def smoke_cap(name: str, value: T) -> T:
     """
     if name not in SMOKE_CAPS:
         raise ValueError(f"name must be one of {sorted(SMOKE_CAPS)}, got {name!r}")
-    return min(value, SMOKE_CAPS[name]) if smoke() else value  # type: ignore[type-var]
+    if not smoke():
+        return value
+    kept = min(value, SMOKE_CAPS[name])  # type: ignore[type-var]
+    path = os.environ.get(LEDGER_VAR, "").strip()
+    if name == "seeds" and kept < value and path:  # the FLOP ledger scales for the rest
+        with open(path, "a") as fh:
+            fh.write(json.dumps({"seeds": value, "kept": kept}) + "\n")
+    return kept
 
 
 DATA_VAR = "CALIB_DATA"
@@ -629,21 +636,40 @@ def forward_flops(model: torch.nn.Module, example: torch.Tensor) -> float:
     return float(counter.get_total_flops())
 
 
-def full_sizes(data: str, val_size: int | None, actual: tuple[int, int, int]) -> tuple[int, int, int]:
-    """(train, val, test) sizes of the real dataset ``data``; ``actual`` for the toy data."""
+def full_sizes(data: str, val_size: int | None, actual: tuple[int, int, int], *,
+               train_size: int | None = None, test_size: int | None = None) -> tuple[int, int, int]:
+    """(train, val, test) sizes of a run on the real dataset ``data`` (its ``train_size`` and
+    ``test_size`` subsets where given); ``actual``, the uncapped splits' sizes, for data whose
+    files a smoke run may replace by small synthetic ones only (CIFAR, SVHN, Tiny-ImageNet
+    are listed; Fashion-MNIST and the toy data are real at every profile)."""
     if data not in _FULL:
         return actual
     n_train, n_test = _FULL[data]
     val = _DEFAULT_VAL[data] if val_size is None else val_size
-    return n_train - val, val, n_test
+    train = n_train - val if train_size is None else min(train_size, n_train - val)
+    return train, val, n_test if test_size is None else min(test_size, n_test)
+
+
+def ledger_flops(path: str | os.PathLike) -> float:
+    """The training FLOPs a chapter's FLOP ledger (``$CALIB_FLOP_LEDGER``) adds up to.
+
+    Smoke mode trains only the first seeds (:func:`smoke_cap`), so the recorded runs are
+    scaled by the largest ratio of seeds asked for to seeds kept: exact where every run is
+    inside the seed loop, an upper bound where some are not.
+    """
+    lines = [json.loads(s) for s in Path(path).read_text().splitlines() if s.strip()]
+    scale = max((r["seeds"] / r["kept"] for r in lines if "seeds" in r), default=1.0)
+    return scale * sum(r["flops"] for r in lines if "flops" in r)
 
 
 def record_run(config: Any, model: torch.nn.Module, data: Any) -> float | None:
     """Append the FLOPs of the uncapped run ``config`` describes to ``$CALIB_FLOP_LEDGER``.
 
     ``config`` is the :class:`calib.train.TrainConfig` as requested (before smoke caps),
-    ``data`` the (possibly capped) splits, used for the example shape. Returns the FLOPs,
-    or None (and records nothing) when the variable is unset.
+    ``data`` the splits before the smoke caps (their sizes are the run's, and one example
+    sets the shape). Returns the FLOPs, or None (and records nothing) when the variable is
+    unset. Runs that smoke mode skips (seeds past its cap) are scaled in by
+    :func:`ledger_flops`.
     """
     path = os.environ.get(LEDGER_VAR, "").strip()
     if not path:
@@ -651,7 +677,8 @@ def record_run(config: Any, model: torch.nn.Module, data: Any) -> float | None:
     x = data.train_x
     per_example = forward_flops(model, x.to(next(model.parameters()).device))
     n_train, n_val, n_test = full_sizes(config.data, config.val_size,
-                                        (x.shape[0], data.val_x.shape[0], data.test_x.shape[0]))
+                                        (x.shape[0], data.val_x.shape[0], data.test_x.shape[0]),
+                                        train_size=config.train_size, test_size=config.test_size)
     sizes = {"train": n_train, "val": n_val, "test": n_test}
     train_passes = 3.0 * (3.0 if config.meta == "gamma_net" else 1.0)
     per_epoch = train_passes * n_train + sum(sizes[s] for s in ("val", *config.track))

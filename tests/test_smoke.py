@@ -13,6 +13,7 @@ import torch
 from calib import profile
 from calib.cli import main
 from calib.data import DownloadError, load
+from calib.data.splits import Splits
 from calib.train import TrainConfig, make_trainer, smoke_config
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -213,6 +214,35 @@ def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
     expected = per * (30 * (3 * 45_000 + 5_000) + 5_000 + 10_000)
     assert line["flops"] == pytest.approx(expected) and line["epochs"] == 30
     assert per == pytest.approx(2 * (3072 * 8 + 8 * 10), rel=0.01)  # 2 FLOPs per multiply-add
+
+
+def test_flop_ledger_counts_data_a_chapter_passes_at_its_own_size(monkeypatch, tmp_path, smoke_on):
+    """Fashion-MNIST is real in smoke mode: its run is counted at the size passed, not the cap."""
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
+    n = profile.SMOKE_CAPS["train"] * 4
+    x, y = torch.randn(n, 6), torch.arange(n) % 3
+    splits = Splits(train_x=x, train_y=y, val_x=x[:50], val_y=y[:50], test_x=x[:60], test_y=y[:60],
+                    num_classes=3, mean=(), std=(), name="fashion_mnist", image=False)
+    cfg = TrainConfig(data="fashion_mnist", model="mlp", model_kwargs={"hidden": 4}, epochs=2,
+                      progress=False)
+    trainer = make_trainer(cfg, data=splits)
+    assert trainer.data.train_x.shape[0] == profile.SMOKE_CAPS["train"]  # the run is capped
+    (line,) = [json.loads(s) for s in ledger.read_text().splitlines()]
+    per = profile.forward_flops(trainer.model, x)
+    assert line["flops"] == pytest.approx(per * (2 * (3 * n + 50) + 50 + 60))
+    assert profile.full_sizes("cifar10", 5000, (1, 1, 1), train_size=2500) == (2500, 5000, 10_000)
+
+
+def test_flop_ledger_scales_in_the_seeds_smoke_mode_skips(monkeypatch, tmp_path, smoke_on):
+    ledger = tmp_path / "ledger.jsonl"
+    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
+    kept = profile.smoke_cap("seeds", 5 * profile.SMOKE_CAPS["seeds"])
+    assert kept == profile.SMOKE_CAPS["seeds"]
+    ledger.write_text(ledger.read_text() + '{"flops": 10.0}\n{"flops": 20.0}\n')
+    assert profile.ledger_flops(ledger) == pytest.approx(5 * 30.0)
+    profile.smoke_cap("seeds", 1)  # nothing skipped: no line
+    assert len(ledger.read_text().splitlines()) == 3
 
 
 # ------------------------------------------------------------------ the Colab setup cell

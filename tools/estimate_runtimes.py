@@ -66,13 +66,14 @@ def main() -> int:
             if args.measure:
                 chapters.setdefault(nb.stem, {})["t4_seconds"] = round(seconds, 1)
             else:
-                flops = sum(json.loads(s)["flops"] for s in ledger.read_text().splitlines()) if ledger.exists() else 0.0
+                flops = profile.ledger_flops(ledger) if ledger.exists() else 0.0
                 chapters[nb.stem] = {"train_flops": flops, "other_seconds": round(seconds, 1)}
             print(f"{nb.stem}: {profile.t4_estimate(nb.stem, table).describe()}")
     table["note"] = (
         "other_seconds: wall time of the chapter's colab branch in smoke mode (CALIB_SMOKE=1, one "
         "thread) on the machine below, an upper bound on its non-training work; train_flops: "
-        "FLOPs of its uncapped training runs (calib.profile.record_run); t4_seconds: measured "
+        "FLOPs of its uncapped training runs (calib.profile.record_run), the seeds smoke mode "
+        "skips scaled in (calib.profile.ledger_flops); t4_seconds: measured "
         "on a T4. Written by tools/estimate_runtimes.py."
     )
     table["machine"] = f"{platform.machine()}, {os.cpu_count()} CPU cores, {platform.python_version()}"

@@ -42,9 +42,9 @@ def make_trainer(config: TrainConfig, *, data: Splits | None = None, **settings:
     ``settings``: keywords of the meta trainers (e.g. ``meta_lr``).
     """
     cls = trainer_for(check_config(config).meta)
-    splits = smoke_subset(data if data is not None else load_data(config))
-    trainer = cls(smoke_config(config), data=splits, **settings)
-    profile.record_run(config, trainer.model, trainer.data)
+    full = data if data is not None else load_data(config)
+    trainer = cls(smoke_config(config), data=smoke_subset(full), **settings)
+    profile.record_run(config, trainer.model, full)  # the sizes before the smoke caps
     return trainer
 
 
