@@ -563,9 +563,10 @@ RUNTIMES_FILE = Path(__file__).with_name("chapter_runtimes.json")
 LEDGER_VAR = "CALIB_FLOP_LEDGER"  # a file each trainer appends its uncapped FLOP count to
 
 # (training, test) images of the real datasets; the validation split is carved out of training.
-_FULL = {"cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000), "svhn": (73_257, 26_032),
-         "tiny_imagenet": (100_000, 10_000)}
-_DEFAULT_VAL = {"cifar10": 5000, "cifar100": 5000, "svhn": 5000, "tiny_imagenet": 10_000}
+_FULL = {"fashion_mnist": (60_000, 10_000), "cifar10": (50_000, 10_000), "cifar100": (50_000, 10_000),
+         "svhn": (73_257, 26_032), "tiny_imagenet": (100_000, 10_000)}
+_DEFAULT_VAL = {"fashion_mnist": 5000, "cifar10": 5000, "cifar100": 5000, "svhn": 5000,
+                "tiny_imagenet": 10_000}
 
 
 @dataclass(frozen=True)
@@ -638,10 +639,11 @@ def forward_flops(model: torch.nn.Module, example: torch.Tensor) -> float:
 
 def full_sizes(data: str, val_size: int | None, actual: tuple[int, int, int], *,
                train_size: int | None = None, test_size: int | None = None) -> tuple[int, int, int]:
-    """(train, val, test) sizes of a run on the real dataset ``data`` (its ``train_size`` and
-    ``test_size`` subsets where given); ``actual``, the uncapped splits' sizes, for data whose
-    files a smoke run may replace by small synthetic ones only (CIFAR, SVHN, Tiny-ImageNet
-    are listed; Fashion-MNIST and the toy data are real at every profile)."""
+    """(train, val, test) sizes of a run on the real dataset ``data``: the whole dataset, or
+    the config's ``train_size``/``test_size`` subsets. A smoke run reads small synthetic
+    files and caps them, so a chapter that takes its own subset (``data.load(...,
+    train_size=n)``) is counted at the whole dataset: an upper bound. ``actual`` (the
+    sizes before the smoke caps) for the toy data."""
     if data not in _FULL:
         return actual
     n_train, n_test = _FULL[data]

@@ -217,14 +217,14 @@ def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
 
 
 def test_flop_ledger_counts_data_a_chapter_passes_at_its_own_size(monkeypatch, tmp_path, smoke_on):
-    """Fashion-MNIST is real in smoke mode: its run is counted at the size passed, not the cap."""
+    """Toy data is real in smoke mode: its run is counted at the size passed, not the cap."""
     ledger = tmp_path / "ledger.jsonl"
     monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
     n = profile.SMOKE_CAPS["train"] * 4
     x, y = torch.randn(n, 6), torch.arange(n) % 3
     splits = Splits(train_x=x, train_y=y, val_x=x[:50], val_y=y[:50], test_x=x[:60], test_y=y[:60],
-                    num_classes=3, mean=(), std=(), name="fashion_mnist", image=False)
-    cfg = TrainConfig(data="fashion_mnist", model="mlp", model_kwargs={"hidden": 4}, epochs=2,
+                    num_classes=3, mean=(), std=(), name="toy", image=False)
+    cfg = TrainConfig(data="toy", model="mlp", model_kwargs={"hidden": 4}, epochs=2,
                       progress=False)
     trainer = make_trainer(cfg, data=splits)
     assert trainer.data.train_x.shape[0] == profile.SMOKE_CAPS["train"]  # the run is capped
@@ -232,6 +232,7 @@ def test_flop_ledger_counts_data_a_chapter_passes_at_its_own_size(monkeypatch, t
     per = profile.forward_flops(trainer.model, x)
     assert line["flops"] == pytest.approx(per * (2 * (3 * n + 50) + 50 + 60))
     assert profile.full_sizes("cifar10", 5000, (1, 1, 1), train_size=2500) == (2500, 5000, 10_000)
+    assert profile.full_sizes("fashion_mnist", None, (16, 8, 8)) == (55_000, 5000, 10_000)
 
 
 def test_flop_ledger_scales_in_the_seeds_smoke_mode_skips(monkeypatch, tmp_path, smoke_on):
