@@ -595,7 +595,8 @@ class Estimate:
 
 
 def _flops(flops: float) -> str:
-    return f"{flops / 1e15:.2g} PFLOP" if flops >= 1e15 else f"{flops / 1e12:.2g} TFLOP"
+    value, unit = (flops / 1e15, "PFLOP") if flops >= 1e15 else (flops / 1e12, "TFLOP")
+    return f"{value:.2g} {unit}" if value < 100 else f"{value:.0f} {unit}"  # not 5.7e+02
 
 
 def _minutes(seconds: float) -> str:
