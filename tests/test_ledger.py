@@ -335,3 +335,23 @@ def test_finished_cells_keep_their_test_predictions(tmp_path):
     assert torch.equal(kept_labels, labels)
     assert ledger.test_predictions(tmp_path) is None
     assert np.load(cell / ledger.TEST_PREDICTIONS_FILE)["logits"].shape == (6, 3)
+
+
+def test_sigterm_stops_the_ledger_as_ctrl_c_does(monkeypatch, tmp_path):
+    """A ledger started in the background inherits an ignored SIGINT; kill (SIGTERM) must
+    still stop the shards, merge and record the session as stopped."""
+    import io
+    import os
+    import signal
+    import threading
+
+    monkeypatch.setattr(ledger, "command", lambda *a, **k: ["python", "-c", "import time; time.sleep(60)"])
+    monkeypatch.setattr(ledger, "REUSE", {})
+    seen = {}
+    monkeypatch.setattr(ledger, "record", lambda *a, **k: seen.update(k))
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with pytest.raises(KeyboardInterrupt):
+        ledger.run("regime_draws", tmp_path, jobs=2, log=io.StringIO(), device="cpu")
+    assert seen["stopped"] is True
+    assert signal.getsignal(signal.SIGTERM) is before  # the handler is the caller's again

@@ -246,7 +246,7 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
     re-derived on a CPU (:func:`rederivable_cells`). Returns the provenance.
 
     Finished cells are skipped, so this is also how an interrupted ledger continues.
-    Ctrl+C (SIGINT) stops it cleanly: each shard checkpoints its cell, the finished cells
+    Ctrl+C (SIGINT) or SIGTERM stops it cleanly: each shard checkpoints its cell, the finished cells
     are merged into ``results.csv`` and the session is recorded as stopped, so what is
     there can be committed and ``make ledger`` resumes it later.
     """
@@ -264,21 +264,30 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
         cmd = command(name, root, (i, jobs) if jobs > 1 else None, device)
         print(f"ledger {name}: {shlex.join(cmd)}", file=log, flush=True)
         procs.append(subprocess.Popen([sys.executable, *cmd[1:]], env=_thread_env()))
+    # SIGTERM stops it as Ctrl+C does: a ledger started in the background from a script
+    # inherits an ignored SIGINT, and kill's default signal is SIGTERM
+    previous = signal.signal(signal.SIGTERM, _interrupt)
     try:
         codes = [p.wait() for p in procs]
     except KeyboardInterrupt:
         for p in procs:
             if p.poll() is None:
-                p.send_signal(signal.SIGINT)  # a shard checkpoints its cell and stops
+                p.send_signal(signal.SIGTERM)  # a shard checkpoints its cell and stops
         for p in procs:
             p.wait()
         record(name, root, jobs, commit, start, stopped=True, device=device)
         print(f"ledger {name}: stopped; finished cells merged, {refresh_command(name)} resumes it",
               file=log, flush=True)
         raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if any(codes):
         raise RuntimeError(f"ledger sweep {name!r}: a shard exited with {codes}; re-run to resume")
     return record(name, root, jobs, commit, start, device=device)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
 
 
 def reuse(name: str, source: str, root: str | os.PathLike = ROOT, log: Any = sys.stderr) -> list[str]:
