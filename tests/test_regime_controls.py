@@ -84,3 +84,33 @@ def test_nll_rise_starts_at_the_last_epoch_before_the_first_drop(tmp_path):
     assert rl.nll_rise("equal_steps", "B", 10_000, root=tmp_path).tolist() == pytest.approx([0.5, 0.7])  # seed order
     assert rl.nll_rise("equal_steps", "A", 10_000, root=tmp_path).shape == (0,)  # not run yet
     assert rl.epoch_curves("equal_steps", "test_nll", tmp_path, split_seed=1) == {}
+
+
+def test_test_noise_bootstraps_the_kept_predictions_as_the_probability_path_does(tmp_path):
+    from calib import evidence, metrics
+
+    rng = np.random.default_rng(0)
+    labels = rng.integers(0, 10, 500)
+    cells = [(loss, f"{B},split_seed=1", seed, 1.0, [1.0]) for loss in ("ce", "focal") for seed in (0, 1, 2)]
+    fake_sweep(tmp_path, "regime_draws", cells)
+    probs = {}
+    for loss, settings, seed, *_ in cells:
+        logits = (rng.normal(size=(500, 10)) * (3 if loss == "ce" else 1)).astype(np.float32)
+        logits[np.arange(500), labels] += 2.0  # mostly right, so the ECE has something to measure
+        cell = tmp_path / "regime_draws" / ledger.RUNS_DIR / f"fashion_mnist__cnn5__{loss}@{settings}__s{seed}"
+        np.savez_compressed(cell / ledger.TEST_PREDICTIONS_FILE, logits=logits, labels=labels)
+        z = logits.astype(np.float64)
+        probs.setdefault(loss, []).append(np.exp(z) / np.exp(z).sum(1, keepdims=True))
+    got = rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=1, n_boot=30, root=tmp_path)
+    # the same resamples (seed 0) through calib.metrics.ece on the probabilities
+    want = evidence.test_se(metrics.ece, probs["focal"], labels, probs["ce"], n_boot=30)
+    assert got["test_se"] == pytest.approx(100 * want, rel=1e-9) and got["test_se"] > 0
+    assert got["test_df"] == 29
+    assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=2, root=tmp_path) == {}  # no such draw
+    assert rl.test_noise("regime_draws", "focal", "ce", "A", 10_000, split_seed=1, root=tmp_path) == {}
+    with pytest.raises(ValueError, match="protocol"):
+        rl.test_noise("regime_draws", "focal", "ce", "D", 10_000, root=tmp_path)
+    # a run without kept predictions (trained before the ledger kept them): seed noise only
+    (tmp_path / "regime_draws" / ledger.RUNS_DIR / f"fashion_mnist__cnn5__ce@{B},split_seed=1__s2"
+     / ledger.TEST_PREDICTIONS_FILE).unlink()
+    assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=1, root=tmp_path) == {}

@@ -17,10 +17,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .grid import cell_name_parts
-from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load
+from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load, test_predictions
 
 __all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "protocol_table", "epoch_curves",
-           "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "LOSS_NAMES"]
+           "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "test_noise", "LOSS_NAMES"]
 
 
 def _settings(text: str) -> dict[str, str]:
@@ -248,3 +248,43 @@ def log_t_ratio(runs: Any, reference: str = "ce") -> Any:
     both = runs[runs["loss"] != reference].merge(ref, on=keys, suffixes=("", "_ref"))
     both = both.assign(log_ratio=np.log(both["temperature"]) - np.log(both["temperature_ref"]))
     return both[["loss", *keys, "log_ratio"]].reset_index(drop=True)
+
+
+def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, split_seed: int = 0,
+               scale: float = 100.0, n_boot: int = 200, root: str | os.PathLike | None = None) -> dict[str, float]:
+    """The test-set noise of mean ECE(``a``) − mean ECE(``b``) before temperature scaling, over
+    the seeds both losses finished in one (protocol, size, draw), as the ``test_se`` and
+    ``test_df`` keywords of :func:`calib.evidence.compare` (or :meth:`~calib.evidence.Family.add`).
+
+    Every run is scored on the same test images, so another draw of them would move every
+    run's ECE together; three seeds cannot average that out. :func:`calib.evidence.test_se`
+    resamples the test images once for all runs (a bootstrap of ``n_boot``) from each cell's
+    committed ``test_predictions.npz``; the ECE is the 15-bin top-label one, times ``scale``
+    (100: points). ``{}`` where a run keeps no predictions (cells trained before the ledger
+    kept them) or fewer than two seeds are shared: the verdict then counts the seeds' noise only.
+    """
+    import numpy as np
+
+    from ..evidence import test_se
+    from .scores import score_ece
+
+    if protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}")
+    done = {_row_key(name, r) for r in load(name, root)[0]}  # the seeds results.csv holds
+    cells = {key: d for d in cell_dirs(name, root) if (key := _cell_key(name, d.name)) in done}
+    group = {loss: {k[4]: d for k, d in cells.items() if k[:4] == (loss, protocol, int(train_size), int(split_seed))}
+             for loss in (a, b)}
+    seeds = sorted(set(group[a]) & set(group[b]))
+    if len(seeds) < 2:
+        return {}
+    runs: dict[str, list[Any]] = {a: [], b: []}
+    for loss in (a, b):
+        for seed in seeds:
+            if (kept := test_predictions(group[loss][seed])) is None:
+                return {}
+            logits, labels = (t.numpy() for t in kept)
+            z = logits.astype(np.float64)
+            conf = 1.0 / np.exp(z - z.max(1, keepdims=True)).sum(1)  # the softmax's largest entry
+            runs[loss].append(np.stack([conf, logits.argmax(1) == labels], 1).astype(np.float64))
+    se = test_se(score_ece, runs[a], np.zeros(len(conf)), runs[b], n_boot=n_boot)
+    return {"test_se": scale * se, "test_df": float(n_boot - 1)}
