@@ -193,6 +193,10 @@ def test_values_rounded_to_a_grid_keep_a_noise_floor():
     welch = evidence.compare([0.1 + 0.2, 0.3, 0.3], [0.1, 0.1, 0.1 + 1e-17], paired=False)
     assert welch.outcome == "undecided" and math.isnan(welch.p)
     assert evidence.compare([0.3, 0.3 + 1e-9, 0.3], [0.1] * 3).outcome == "holds"  # real spread
+    # a hand-given seed_sd of rounding size is no spread either; a real one still decides
+    tiny = evidence.compare([0.3], [0.1], seed_sd=1e-17)
+    assert tiny.outcome == "undecided" and math.isnan(tiny.p) and "conditional" in tiny.test
+    assert evidence.compare([0.3], [0.1], seed_sd=1e-9).outcome == "holds"
     floored = evidence.compare([1.1, 1.1, 1.1], [1.0, 1.0, 1.0], resolution=0.1)
     se = math.sqrt(2 * 0.01 / 12 / 3)
     assert floored.high - floored.low == pytest.approx(2 * stats.t.ppf(0.975, 2) * se)

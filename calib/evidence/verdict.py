@@ -172,7 +172,8 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     k − 1; default: known exactly), so the t quantile counts its uncertainty (Welch 1947,
     Satterthwaite 1946, with ``test_se``). To borrow the other side's measured spread, pass
     ``seed_sd=np.std(b, ddof=1), seed_df=len(b) - 1``: the t-test of one new run against a
-    sample. ``seed_sd=0`` makes the verdict conditional on the runs at hand (said in ``test``).
+    sample. ``seed_sd=0`` makes the verdict conditional on the runs at hand (said in ``test``),
+    as does a ``seed_sd`` of float64 rounding only (16 ulps of the values, as a measured spread).
     Where both sides have two or more runs, ``seed_sd`` is not used.
 
     Outcome, for ``greater``/``less``: the two-sided test at level ``alpha`` rejects "no
@@ -200,6 +201,9 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             return _untested(claim, direction, effect, int(xa.size), n_b,
                              test + " (one run on a side: seed noise unknown, give seed_sd)", alpha, margin, unit)
         sizes = 1 / xa.size + (0 if one_sample else 1 / xb.size)
+        scale = max(np.abs(xa).max(), np.abs(xb).max())
+        if seed_sd <= 16 * np.finfo(float).eps * scale:  # the rounding rule of _sample_var
+            seed_sd = 0.0
         seed_var, df = seed_sd ** 2 * sizes, seed_df
         if resolution > 0:
             seed_var = max(seed_var, resolution ** 2 / 12 * sizes)
