@@ -224,7 +224,7 @@ def test_family_corrects_only_the_tested_cells_together():
     fam.add("row 2", "x", [1.0, 2.0], [0.0, 0.5], "two seeds: not tested")
     expected = evidence.decide([evidence.compare(a, b, f"claim {i}") for i, (a, b) in enumerate(pairs)])
     assert fam.verdicts() == expected
-    assert fam.tally() == evidence.tally(expected) + " (1 not tested yet)"
+    assert fam.tally() == evidence.tally(expected) + " (1 more not tested yet)"
     table = fam.table()
     assert list(table.columns) == ["x", "y"] and list(table.index) == ["row 0", "row 1", "row 2"]
     assert table.loc["row 2", "x"] == "2 of 3 seeds" and table.loc["row 2", "y"] == "—"
@@ -244,7 +244,7 @@ def test_family_table_tells_a_cell_not_in_the_design_from_one_not_run_yet():
     assert table.loc["dual focal below CE", "B"] == "not run yet"
     assert table.loc["dual focal below CE", "A"] == "—"
     assert table.loc["focal below CE", "A"] == "not run yet"
-    assert fam.tally().endswith("(2 not tested yet)")  # the "—" cell is not counted
+    assert fam.tally().endswith("(2 more not tested yet)")  # the "—" cell is not counted
 
 
 def test_tally_verbs_agree_with_their_counts():

@@ -381,7 +381,7 @@ class Family:
     >>> fam.add("CE over-confident", "small", [1.4, 1.5, 1.3], 1.0, "T > 1 (small)")
     >>> fam.add("CE over-confident", "large", [1.2], 1.0, "T > 1 (large)")
     >>> fam.tally()
-    '1 of 1 holds, 0 are contradicted and 0 are undecided (1 not tested yet)'
+    '1 of 1 holds, 0 are contradicted and 0 are undecided (1 more not tested yet)'
     """
 
     def __init__(self, columns: Sequence[str], *, min_n: int = 2,
@@ -466,4 +466,4 @@ class Family:
         tested = self.verdicts()
         if not tested:
             return f"none of {waiting} tested yet" if waiting else "none tested"
-        return tally(tested) + (f" ({waiting} not tested yet)" if waiting else "")
+        return tally(tested) + (f" ({waiting} more not tested yet)" if waiting else "")
