@@ -106,6 +106,12 @@ def test_test_noise_bootstraps_the_kept_predictions_as_the_probability_path_does
     want = evidence.test_se(metrics.ece, probs["focal"], labels, probs["ce"], n_boot=30)
     assert got["test_se"] == pytest.approx(100 * want, rel=1e-9) and got["test_se"] > 0
     assert got["test_df"] == 29
+    # a finished cell that results.csv does not list yet (merged later) takes no part
+    extra = tmp_path / "regime_draws" / ledger.RUNS_DIR / f"fashion_mnist__cnn5__focal@{B},split_seed=1__s3"
+    extra.mkdir()
+    (extra / "metrics.json").write_text("{}")
+    np.savez_compressed(extra / ledger.TEST_PREDICTIONS_FILE, logits=np.zeros((500, 10), np.float32), labels=labels)
+    assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=1, n_boot=30, root=tmp_path) == got
     assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=2, root=tmp_path) == {}  # no such draw
     assert rl.test_noise("regime_draws", "focal", "ce", "A", 10_000, split_seed=1, root=tmp_path) == {}
     with pytest.raises(ValueError, match="protocol"):
@@ -114,3 +120,34 @@ def test_test_noise_bootstraps_the_kept_predictions_as_the_probability_path_does
     (tmp_path / "regime_draws" / ledger.RUNS_DIR / f"fashion_mnist__cnn5__ce@{B},split_seed=1__s2"
      / ledger.TEST_PREDICTIONS_FILE).unlink()
     assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=1, root=tmp_path) == {}
+
+
+def test_test_noise_needs_the_same_seeds_on_both_sides(tmp_path):
+    cells = [("ce", f"{B},split_seed=1", seed, 1.0, [1.0]) for seed in (0, 1)]
+    cells += [("focal", f"{B},split_seed=1", seed, 1.0, [1.0]) for seed in (0, 1, 2)]
+    fake_sweep(tmp_path, "regime_draws", cells)
+    for loss, settings, seed, *_ in cells:
+        cell = tmp_path / "regime_draws" / ledger.RUNS_DIR / f"fashion_mnist__cnn5__{loss}@{settings}__s{seed}"
+        np.savez_compressed(cell / ledger.TEST_PREDICTIONS_FILE, logits=np.eye(10, dtype=np.float32),
+                            labels=np.arange(10))
+    # seeds {0, 1, 2} against {0, 1}: a bootstrap over other runs than the t-test's
+    assert rl.test_noise("regime_draws", "focal", "ce", "B", 10_000, split_seed=1, root=tmp_path) == {}
+
+
+def test_the_kept_predictions_give_the_recorded_ece():
+    from calib.experiments import scores
+
+    if not ledger.available("regime_draws", quiet=True):
+        pytest.skip("no committed regime_draws ledger in this checkout")
+    recorded = {rl._row_key("regime_draws", r): float(r["ece"]) for r in ledger.load("regime_draws")[0]}
+    checked = 0
+    for cell in ledger.cell_dirs("regime_draws"):
+        key = rl._cell_key("regime_draws", cell.name)
+        if key not in recorded or (kept := ledger.test_predictions(cell)) is None:
+            continue
+        logits, labels = (t.double() for t in kept)
+        conf = logits.softmax(1).max(1).values
+        rows = np.stack([conf.numpy(), (logits.argmax(1) == labels).numpy()], 1)
+        assert scores.score_ece(rows) == pytest.approx(recorded[key], abs=1e-9), cell.name
+        checked += 1
+    assert checked >= 0.9 * len(recorded)  # nearly every merged cell keeps its predictions

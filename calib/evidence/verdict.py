@@ -156,10 +156,13 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
     ``paired``: None pairs by position when both have the same length (the same seeds).
     ``test_se``: the test-set sampling noise of mean(a) − mean(b) (:func:`test_se`),
     added to the seed noise; 0 counts the seed noise only. Adding it to the spread of
-    the per-seed differences counts the runs' own test noise twice: conservative, it
-    widens the interval, never narrows it.
+    the per-seed differences counts the runs' own test noise twice, so the variance is
+    conservative (most where the runs' test errors are little correlated).
     ``test_df``: the degrees of freedom of ``test_se`` (a bootstrap of B resamples: B − 1),
-    so a tiny seed spread cannot make the test noise count as exactly known.
+    so a tiny seed spread cannot make the test noise count as exactly known. With it the
+    degrees of freedom are Welch–Satterthwaite's over both parts: where the test noise is
+    comparable to the seeds', they exceed the seeds' n − 1, and the interval can come out
+    narrower (and p smaller) than the seed noise alone would give.
     ``resolution``: the values are rounded to this step (a temperature from a 0.1 grid):
     each value's variance is at least the rounding's ``resolution² / 12``, so seeds that all
     round to the same number do not make the noise look like zero.

@@ -253,7 +253,7 @@ def log_t_ratio(runs: Any, reference: str = "ce") -> Any:
 def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, split_seed: int = 0,
                scale: float = 100.0, n_boot: int = 200, root: str | os.PathLike | None = None) -> dict[str, float]:
     """The test-set noise of mean ECE(``a``) − mean ECE(``b``) before temperature scaling, over
-    the seeds both losses finished in one (protocol, size, draw), as the ``test_se`` and
+    the seeds both losses finished in one (protocol, size, draw) (the rows of ``results.csv``), as the ``test_se`` and
     ``test_df`` keywords of :func:`calib.evidence.compare` (or :meth:`~calib.evidence.Family.add`).
 
     Every run is scored on the same test images, so another draw of them would move every
@@ -261,7 +261,8 @@ def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, spl
     resamples the test images once for all runs (a bootstrap of ``n_boot``) from each cell's
     committed ``test_predictions.npz``; the ECE is the 15-bin top-label one, times ``scale``
     (100: points). ``{}`` where a run keeps no predictions (cells trained before the ledger
-    kept them) or fewer than two seeds are shared: the verdict then counts the seeds' noise only.
+    kept them), where the two losses finished different seeds, or fewer than two: the verdict
+    then counts the seeds' noise only.
     """
     import numpy as np
 
@@ -274,9 +275,9 @@ def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, spl
     cells = {key: d for d in cell_dirs(name, root) if (key := _cell_key(name, d.name)) in done}
     group = {loss: {k[4]: d for k, d in cells.items() if k[:4] == (loss, protocol, int(train_size), int(split_seed))}
              for loss in (a, b)}
-    seeds = sorted(set(group[a]) & set(group[b]))
-    if len(seeds) < 2:
-        return {}
+    seeds = sorted(group[a])
+    if len(seeds) < 2 or set(group[b]) != set(seeds):  # else the t-test and the bootstrap
+        return {}                                      # would describe different runs
     runs: dict[str, list[Any]] = {a: [], b: []}
     for loss in (a, b):
         for seed in seeds:
