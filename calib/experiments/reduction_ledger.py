@@ -256,8 +256,9 @@ def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, spl
     the seeds both losses finished in one (protocol, size, draw) (the rows of ``results.csv``), as the ``test_se`` and
     ``test_df`` keywords of :func:`calib.evidence.compare` (or :meth:`~calib.evidence.Family.add`).
 
-    Every run is scored on the same test images, so another draw of them would move every
-    run's ECE together; three seeds cannot average that out. :func:`calib.evidence.test_se`
+    Every run is scored on the same test images, so another draw of them would move each
+    seed's ECE difference, partly alike for every seed; three seeds cannot average that shared
+    part out. :func:`calib.evidence.test_se`
     resamples the test images once for all runs (a bootstrap of ``n_boot``) from each cell's
     committed ``test_predictions.npz``; the ECE is the 15-bin top-label one, times ``scale``
     (100: points). ``{}`` where a run keeps no predictions (cells trained before the ledger
