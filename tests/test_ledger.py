@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from calib.experiments import ledger, plans, reduction_ledger
+from calib.experiments import ledger, machine, plans, reduction_ledger
 from calib.train import TrainConfig, Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
@@ -73,7 +73,7 @@ def _fake_sweep(root: pathlib.Path, name: str, sessions: list[dict], machine: st
 def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path, monkeypatch):
     here, there = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 2 cores"
     monkeypatch.setattr(ledger, "machine", lambda: here)
-    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "unknown")  # sessions record none
+    monkeypatch.setattr(ledger, "cpu_capability", lambda: "unknown")  # sessions record none
     _fake_sweep(tmp_path, "reduction", [{"commit": "a"}], there)  # old sessions: the provenance's machine
     _fake_sweep(tmp_path, "bench", [{"commit": "a"}, {"commit": "b", "machine": "x86_64, Intel Xeon, 8 cores"}], here)
     _fake_sweep(tmp_path, "lin2024_t1", [{"commit": "a", "machine": here}, {"commit": "b", "machine": there}], here)
@@ -86,7 +86,7 @@ def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path,
 def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):
     here = "x86_64, AMD EPYC, 2 cores"
     monkeypatch.setattr(ledger, "machine", lambda: here)
-    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "AVX2")
+    monkeypatch.setattr(ledger, "cpu_capability", lambda: "AVX2")
     old = {"stopped": "2026-11-25 04:54:52 UTC", "cpu_capability": "AVX2"}
     new = {"stopped": "2026-12-02 14:28:00 UTC", "cpu_capability": "AVX2"}
     for name, sessions in (("reduction", [old]), ("bench", [new])):
@@ -98,7 +98,7 @@ def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_pa
     assert ("reduction", "d__m__ce@lr=0.1__s0") in cells  # CE's numerics did not change
     assert ("reduction", "d__m__bsce_gra-gamma=4@lr=0.1__s0") not in cells
     assert ("bench", "d__m__bsce_gra-gamma=4@lr=0.1__s0") in cells  # made after the kernel
-    monkeypatch.setattr(ledger, "_cpu_capability", lambda: "AVX512")  # another generation
+    monkeypatch.setattr(ledger, "cpu_capability", lambda: "AVX512")  # another generation
     assert ledger.rederivable_cells(tmp_path) == []
 
 
@@ -268,7 +268,7 @@ def test_the_commit_comes_from_the_environment_where_git_has_no_repository(tmp_p
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
     monkeypatch.setenv("CALIB_COMMIT", "abc123")
-    assert ledger._git_commit() == "abc123"
+    assert machine.git_commit() == "abc123"
 
 
 def test_available_says_where_the_ledger_is_when_it_is_missing(tmp_path, capsys):

@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..profile import read_audit_record
-from .ledger import _cpu_model, _git_commit, committed_root
+from .ledger import committed_root
+from .machine import cpu_model, git_commit
 
 __all__ = ["AUDIT_DIR", "TRAINING_CHAPTERS", "OFFSETS", "THREADS", "procedure", "run", "records",
            "current_records", "hold_rates"]
@@ -106,8 +107,8 @@ def run(chapters: Sequence[str] = TRAINING_CHAPTERS, offsets: Sequence[int] = OF
                 part.unlink(missing_ok=True)
                 part.touch()
                 status, seconds = _execute(chapter, offset, t, book, part)
-                head = {"chapter": chapter, "seed_offset": offset, "threads": t, "cpu": _cpu_model(),
-                        "torch": torch.__version__, "commit": _git_commit(), "seconds": round(seconds, 1),
+                head = {"chapter": chapter, "seed_offset": offset, "threads": t, "cpu": cpu_model(),
+                        "torch": torch.__version__, "commit": git_commit(), "seconds": round(seconds, 1),
                         "status": status}
                 lines = part.read_text().splitlines()
                 part.unlink()

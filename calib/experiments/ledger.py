@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .grid import cell_name_parts
+from .machine import cpu_capability, git_commit, machine
 from .results import RESULTS_FILE, load_results
 from .sweep import MANIFEST_FILE, RUNS_DIR
 
@@ -256,7 +257,7 @@ def run(name: str, root: str | os.PathLike = ROOT, jobs: int = 2, log: Any = sys
         from .. import profile
 
         device = str(profile.device())  # what the shards will pick, named in the provenance
-    start, commit = time.time(), _git_commit()
+    start, commit = time.time(), git_commit()
     if name in REUSE:
         reuse(name, REUSE[name], root, log)
     procs = []
@@ -370,8 +371,8 @@ def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str
     _merge(name, root)
     keep_test_predictions(name, root)
     prov = provenance(name, root)
-    session: dict[str, Any] = {"jobs": jobs, "commit": commit or _git_commit(), "machine": machine(device),
-                               "cpu_capability": _cpu_capability(), "torch": torch.__version__,
+    session: dict[str, Any] = {"jobs": jobs, "commit": commit or git_commit(), "machine": machine(device),
+                               "cpu_capability": cpu_capability(), "torch": torch.__version__,
                                "python": platform.python_version()}
     if device and device != "cpu":
         session["device"] = device
@@ -390,44 +391,6 @@ def _merge(name: str, root: str | os.PathLike, *, quiet: bool = False) -> None:
     (``python -m calib sweep ... --merge``, which trains nothing)."""
     subprocess.run([sys.executable, *command(name, root)[1:], "--merge"], env=_thread_env(), check=True,
                    stdout=subprocess.DEVNULL if quiet else None)
-
-
-def _git_commit() -> str:
-    """HEAD (flagged when calib/ has uncommitted changes); ``$CALIB_COMMIT`` where git has no
-    repository to read, e.g. a copy of the working tree sent to a GPU machine without ``.git``."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "calib"], capture_output=True, text=True).stdout
-        return sha + ("+uncommitted changes in calib/" if dirty.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("CALIB_COMMIT", "unknown")
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
-def machine(device: str | None = None) -> str:
-    """This machine as a provenance names it: architecture, CPU model, the GPU if ``device``
-    is a CUDA device, core count."""
-    gpu = ""
-    if device and device.startswith("cuda"):
-        import torch
-
-        gpu = f", {torch.cuda.get_device_name(torch.device(device))}"
-    return f"{platform.machine()}, {_cpu_model()}{gpu}, {os.cpu_count()} cores"
-
-
-def _cpu_capability() -> str:
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
 
 
 def _cpu(machine_name: str) -> str:
@@ -455,7 +418,7 @@ def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:
     test ECE of 0.108 instead of 0.036 after one epoch). So a re-derivation to 1e-6
     compares only cells made on a CPU like this one.
     """
-    here, isa = _cpu(machine()), _cpu_capability()
+    here, isa = _cpu(machine()), cpu_capability()
     out = []
     for n in names():
         if available(n, root, quiet=True) and machines(n, root) == {here} and capabilities(n, root) == {isa}:

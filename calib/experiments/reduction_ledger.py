@@ -265,10 +265,8 @@ def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, spl
     kept them), where the two losses finished different seeds, or fewer than two: the verdict
     then counts the seeds' noise only.
     """
-    import numpy as np
-
     from ..evidence import test_se
-    from .scores import score_ece
+    from .scores import labels_of, score_ece, top_label_scores
 
     if protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {sorted(PROTOCOLS)}, got {protocol!r}")
@@ -284,9 +282,6 @@ def test_noise(name: str, a: str, b: str, protocol: str, train_size: int, *, spl
         for seed in seeds:
             if (kept := test_predictions(group[loss][seed])) is None:
                 return {}
-            logits, labels = (t.numpy() for t in kept)
-            z = logits.astype(np.float64)
-            conf = 1.0 / np.exp(z - z.max(1, keepdims=True)).sum(1)  # the softmax's largest entry
-            runs[loss].append(np.stack([conf, logits.argmax(1) == labels], 1).astype(np.float64))
-    se = test_se(score_ece, runs[a], np.zeros(len(conf)), runs[b], n_boot=n_boot)
+            runs[loss].append(top_label_scores(*kept))
+    se = test_se(score_ece, runs[a], labels_of(runs[a]), runs[b], n_boot=n_boot)
     return {"test_se": scale * se, "test_df": float(n_boot - 1)}

@@ -24,7 +24,7 @@ import numpy as np
 
 from .._checks import check_positive_int
 
-__all__ = ["POST", "run_scores", "score_ece", "labels_of"]
+__all__ = ["POST", "run_scores", "top_label_scores", "score_ece", "labels_of"]
 
 #: What :func:`run_scores` applies to the logits first.
 POST = ("raw", "ts", "hb")
@@ -41,8 +41,6 @@ def run_scores(run_dir: str | os.PathLike, post: str = "raw", *, temperature: fl
     2001; Wang et al. (2021) §2), which replaces each confidence by its bin's validation
     accuracy and keeps the predictions. Temperature scaling keeps them too.
     """
-    import torch
-
     from ..posthoc import HistogramBinning
     from ..train import load_logits
 
@@ -54,14 +52,25 @@ def run_scores(run_dir: str | os.PathLike, post: str = "raw", *, temperature: fl
     if temperature is not None and not (np.isfinite(temperature) and temperature > 0):
         raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
     rec = load_logits(run_dir)
-    logits, labels = rec["test_logits"].double(), rec["test_labels"]
-    correct = (logits.argmax(1) == labels).double()
-    if post == "hb":
+    rows = top_label_scores(rec["test_logits"], rec["test_labels"], temperature or 1.0)
+    if post == "hb":  # the same predictions, each confidence replaced by its bin's accuracy
         hb = HistogramBinning(n_bins=n_bins).fit(rec["val_logits"], rec["val_labels"])
-        conf = hb.predict_confidence(logits).double()
-    else:
-        conf = torch.softmax(logits / (temperature or 1.0), 1).max(1).values
-    return torch.stack([conf, correct], 1).numpy()
+        rows[:, 0] = hb.predict_confidence(rec["test_logits"].double()).double().numpy()
+    return rows
+
+
+def top_label_scores(logits: Any, labels: Any, temperature: float = 1.0) -> np.ndarray:
+    """``(N, 2)`` float64 rows (confidence, correct) of ``(N, K)`` logits: the largest entry of
+    ``softmax(logits / temperature)`` and whether the argmax equals the label. Accepts tensors
+    or arrays (e.g. a ledger cell's committed float32 test predictions)."""
+    import torch
+
+    z = torch.as_tensor(logits).double()
+    y = torch.as_tensor(labels)
+    if z.ndim != 2 or y.shape != z.shape[:1]:
+        raise ValueError(f"logits must be (N, K) and labels (N,), got {tuple(z.shape)} and {tuple(y.shape)}")
+    conf = torch.softmax(z / temperature, 1).max(1).values
+    return torch.stack([conf, (z.argmax(1) == y).double()], 1).numpy()
 
 
 def score_ece(scores: Any, labels: Any = None, n_bins: int = 15) -> float:
