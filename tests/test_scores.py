@@ -55,7 +55,8 @@ def test_scores_feed_compare_runs(tmp_path):
     v = evidence.compare_runs(scores.score_ece, a, b, scores.labels_of(a), "raw above T=3", scale=100, n_boot=50)
     assert v.effect == pytest.approx(100 * (np.mean([scores.score_ece(x) for x in a])
                                             - np.mean([scores.score_ece(x) for x in b])))
-    assert "test-set bootstrap" in v.test
+    assert "test-set bootstrap" in v.test and v.test_se > 0
+    assert evidence.compare([1.0, 2.0, 3.0], [0.0, 1.0, 1.5], "seeds only").test_se == 0.0
 
 
 def test_bad_arguments_are_named(tmp_path):

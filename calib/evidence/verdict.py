@@ -25,6 +25,7 @@ class Verdict:
     An equivalence claim carries a second p-value, ``p_beyond``: that of "the difference
     lies beyond the margin" (its ``contradicted``), adjusted in a family as ``p_beyond_adjusted``.
     ``p`` is NaN where nothing measured the noise (the outcome is then ``undecided``).
+    ``test_se`` is the test-set noise :func:`compare` added to the seeds' (0: seeds only).
     """
 
     claim: str
@@ -44,6 +45,7 @@ class Verdict:
     family_size: int = 1  # how many hypotheses :func:`decide` corrected together
     p_beyond: float | None = None  # equivalence only: p of |difference| > margin
     p_beyond_adjusted: float | None = None
+    test_se: float = 0.0  # the test-set noise added to the seeds' (0: the seeds' noise only)
 
     def __str__(self) -> str:
         u = self.unit
@@ -219,7 +221,8 @@ def compare(a: Sequence[float], b: Sequence[float] | float, claim: str = "", *,
             test_se ** 4 / test_df if math.isfinite(test_df) else 0.0)
         df = var ** 2 / den if den > 0 else math.inf
         test += " + test-set bootstrap"
-    return _decide_one(claim, direction, effect, var, df, alpha, margin, unit, int(xa.size), n_b, test)
+    verdict = _decide_one(claim, direction, effect, var, df, alpha, margin, unit, int(xa.size), n_b, test)
+    return replace(verdict, test_se=float(test_se))
 
 
 def _untested(claim: str, direction: Direction, effect: float, n_a: int, n_b: int, test: str, alpha: float,
