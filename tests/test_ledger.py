@@ -83,6 +83,20 @@ def test_rederivable_cells_are_those_of_sweeps_made_wholly_on_this_cpu(tmp_path,
     assert [c.parents[1].name for c in ledger.rederivable_cells(tmp_path)] == ["bench"]
 
 
+def test_a_sweep_made_on_two_cpus_gives_the_cells_its_sessions_here_made(tmp_path, monkeypatch):
+    here, there = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 2 cores"
+    monkeypatch.setattr(ledger, "machine", lambda: here)
+    monkeypatch.setattr(ledger, "cpu_capability", lambda: "AVX512")
+    cells = ["d__m__ce@lr=0.1__s0", "d__m__ce@lr=0.1__s1", "d__m__ce@lr=0.1__s2"]
+    _fake_sweep(tmp_path, "bench", [{"machine": there, "cpu_capability": "AVX2", "cells": cells[:1]},
+                                    {"machine": here, "cpu_capability": "AVX512", "cells": cells[1:2]},
+                                    {"machine": here, "cpu_capability": "AVX2", "cells": cells[2:]}], there)
+    for cell in cells:
+        (tmp_path / "bench" / "runs" / cell).mkdir()
+        (tmp_path / "bench" / "runs" / cell / "metrics.json").write_text("{}")
+    assert [c.name for c in ledger.rederivable_cells(tmp_path)] == cells[1:2]
+
+
 def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):
     here = "x86_64, AMD EPYC, 2 cores"
     monkeypatch.setattr(ledger, "machine", lambda: here)

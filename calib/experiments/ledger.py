@@ -369,11 +369,11 @@ def record(name: str, root: str | os.PathLike = ROOT, jobs: int = 1, commit: str
     import torch
 
     _merge(name, root)
-    keep_test_predictions(name, root)
+    made_here = keep_test_predictions(name, root)  # a cell's logits.pt exists where it was trained
     prov = provenance(name, root)
     session: dict[str, Any] = {"jobs": jobs, "commit": commit or git_commit(), "machine": machine(device),
                                "cpu_capability": cpu_capability(), "torch": torch.__version__,
-                               "python": platform.python_version()}
+                               "python": platform.python_version(), "cells": sorted(made_here)}
     if device and device != "cpu":
         session["device"] = device
     if start is not None:
@@ -416,15 +416,29 @@ def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:
     bits of a convolution differ, and over an epoch of SGD the runs drift apart (measured:
     a summed-loss cell made on an AMD EPYC re-run on an Intel Xeon with AVX-512 gives a
     test ECE of 0.108 instead of 0.036 after one epoch). So a re-derivation to 1e-6
-    compares only cells made on a CPU like this one.
+    compares only cells made on a CPU like this one. A sweep whose sessions ran on several
+    kinds of CPU gives the cells that its sessions on this kind list as made there (sessions
+    record their ``cells`` since 2026-12-04).
     """
     here, isa = _cpu(machine()), cpu_capability()
     out = []
     for n in names():
-        if available(n, root, quiet=True) and machines(n, root) == {here} and capabilities(n, root) == {isa}:
-            fused_current = _fused_current(n, root)
-            out += [d for d in cell_dirs(n, root) if fused_current or _cell_loss(d.name) not in FUSED_LOSSES]
+        if not available(n, root, quiet=True):
+            continue
+        fused_current = _fused_current(n, root)
+        cells = [d for d in cell_dirs(n, root) if fused_current or _cell_loss(d.name) not in FUSED_LOSSES]
+        if machines(n, root) == {here} and capabilities(n, root) == {isa}:
+            out += cells
+        else:
+            out += [d for d in cells if d.name in _made_on(n, here, isa, root)]
     return out
+
+
+def _made_on(name: str, cpu: str, isa: str, root: str | os.PathLike | None) -> set[str]:
+    """The cells that sweep ``name``'s sessions on ``cpu`` with instruction set ``isa`` made."""
+    prov = _provenance(name, root)
+    return {c for s in prov.get("sessions", []) if s.get("cpu_capability") == isa
+            and _cpu(s.get("machine", prov.get("machine", ""))) == cpu for c in s.get("cells", [])}
 
 
 def capabilities(name: str, root: str | os.PathLike | None = None) -> set[str]:
