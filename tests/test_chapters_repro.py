@@ -57,6 +57,19 @@ def test_epoch_band_curves_draws_mean_and_band() -> None:
         plots.epoch_band_curves({}, ylabel="x")
 
 
+def test_epoch_band_curves_put_runs_of_different_lengths_on_one_axis_of_steps() -> None:
+    from calib import plots
+
+    short, long = np.ones((2, 4)), np.ones((3, 8))
+    fig = plots.epoch_band_curves({"short": short, "long": long}, ylabel="NLL", xlabel="SGD step",
+                                  per_epoch={"short": 100, "long": 50})
+    ax = fig.axes[0]
+    assert [line.get_xdata()[-1] for line in ax.get_lines()] == [400, 400]  # both end at step 400
+    assert ax.get_xlabel() == "SGD step"
+    with pytest.raises(ValueError, match="per_epoch"):
+        plots.epoch_band_curves({"short": short}, ylabel="x", per_epoch={"short": 0})
+
+
 def test_epoch_band_curves_one_panel_per_group_on_a_shared_axis() -> None:
     from calib import plots
 

@@ -53,7 +53,7 @@ def _finite_2d(values: object, name: str) -> np.ndarray:
 
 
 def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence[float] | None,
-                milestones: Sequence[int]) -> None:
+                milestones: Sequence[int], per_epoch: Mapping[str, float], xlabel: str) -> None:
     cycle = _colors()
     for i, (label, values) in enumerate(curves.items()):
         color = series_color(str(label), default=cycle[i % len(cycle)])
@@ -62,12 +62,13 @@ def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence
         if x.shape != (a.shape[1],):
             raise ValueError(f"epochs has {x.size} entries but curves[{label!r}] has "
                              f"{a.shape[1]} evaluations")
+        x = x * per_epoch.get(label, 1.0)
         ax.plot(x, a.mean(0), color=color, lw=1.6, label=f"{label} (n={a.shape[0]})")
         if a.shape[0] > 1:
             ax.fill_between(x, a.min(0), a.max(0), color=color, alpha=0.2, lw=0)
     for m in milestones:
         ax.axvline(m, color="0.5", ls=":", lw=1)
-    ax.set_xlabel("epoch", fontsize=_FONT + 1)
+    ax.set_xlabel(xlabel, fontsize=_FONT + 1)
     ax.tick_params(labelsize=_FONT)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=_FONT, frameon=False)
@@ -81,6 +82,8 @@ def epoch_band_curves(
     milestones: Sequence[int] = (),
     scale: float = 1.0,
     epochs: Sequence[float] | None = None,
+    per_epoch: Mapping[str, float] | None = None,
+    xlabel: str = "epoch",
 ) -> Figure:
     """One line per entry: the mean over runs of a per-epoch metric, with a min-max band.
 
@@ -90,14 +93,22 @@ def epoch_band_curves(
     al. (2021) Fig. 4 (mean of 5 runs, band from min to max). Labels naming a loss get its
     palette colour. ``curves`` may also map panel titles to such mappings: one panel each,
     side by side, on a shared y axis (e.g. one panel per training protocol).
+
+    ``per_epoch[label]`` puts that curve on another x unit, e.g. SGD steps per epoch, so runs
+    of different lengths share one axis (name it with ``xlabel``; ``milestones`` are then in
+    that unit too).
     """
     curves = _check_mapping(curves, "curves")
+    per_epoch = dict(per_epoch or {})
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in per_epoch.values()):
+        raise ValueError(f"per_epoch must map labels to positive numbers, got {per_epoch!r}")
     panels = curves if all(isinstance(v, Mapping) for v in curves.values()) else {title or "": curves}
     fig = Figure(figsize=(min(_MAX_WIDTH, 6.0 if len(panels) == 1 else 3.4 * len(panels)), 3.4),
                  layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
     for ax, (name, panel) in zip(axes, panels.items()):
-        _band_lines(ax, _check_mapping(panel, f"curves[{name!r}]"), scale, epochs, milestones)
+        _band_lines(ax, _check_mapping(panel, f"curves[{name!r}]"), scale, epochs, milestones,
+                    per_epoch, xlabel)
         if name:
             ax.set_title(name, fontsize=_FONT + 1)
     axes[0].set_ylabel(ylabel, fontsize=_FONT + 1)
