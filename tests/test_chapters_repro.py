@@ -66,6 +66,8 @@ def test_epoch_band_curves_put_runs_of_different_lengths_on_one_axis_of_steps() 
     ax = fig.axes[0]
     assert [line.get_xdata()[-1] for line in ax.get_lines()] == [400, 400]  # both end at step 400
     assert ax.get_xlabel() == "SGD step"
+    fig = plots.epoch_band_curves({"B": {"short": short, "long": long}, "A": {"long": long}}, ylabel="NLL")
+    assert fig.axes[1].get_lines()[0].get_color() == fig.axes[0].get_lines()[1].get_color()  # "long"
     with pytest.raises(ValueError, match="per_epoch"):
         plots.epoch_band_curves({"short": short}, ylabel="x", per_epoch={"short": 0})
 

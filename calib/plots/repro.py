@@ -53,10 +53,10 @@ def _finite_2d(values: object, name: str) -> np.ndarray:
 
 
 def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence[float] | None,
-                milestones: Sequence[int], per_epoch: Mapping[str, float], xlabel: str) -> None:
-    cycle = _colors()
-    for i, (label, values) in enumerate(curves.items()):
-        color = series_color(str(label), default=cycle[i % len(cycle)])
+                milestones: Sequence[int], per_epoch: Mapping[str, float], xlabel: str,
+                colors: Mapping[str, str]) -> None:
+    for label, values in curves.items():
+        color = colors[label]
         a = scale * _finite_2d(values, f"curves[{label!r}]")
         x = np.arange(1, a.shape[1] + 1) if epochs is None else np.asarray(epochs, float)
         if x.shape != (a.shape[1],):
@@ -106,9 +106,12 @@ def epoch_band_curves(
     fig = Figure(figsize=(min(_MAX_WIDTH, 6.0 if len(panels) == 1 else 3.4 * len(panels)), 3.4),
                  layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, len(panels), sharey=True))
+    panels = {name: _check_mapping(panel, f"curves[{name!r}]") for name, panel in panels.items()}
+    cycle = _colors()  # a label keeps its colour in every panel, in the order labels first appear
+    labels = dict.fromkeys(label for panel in panels.values() for label in panel)
+    colors = {label: series_color(str(label), default=cycle[i % len(cycle)]) for i, label in enumerate(labels)}
     for ax, (name, panel) in zip(axes, panels.items()):
-        _band_lines(ax, _check_mapping(panel, f"curves[{name!r}]"), scale, epochs, milestones,
-                    per_epoch, xlabel)
+        _band_lines(ax, panel, scale, epochs, milestones, per_epoch, xlabel, colors)
         if name:
             ax.set_title(name, fontsize=_FONT + 1)
     axes[0].set_ylabel(ylabel, fontsize=_FONT + 1)
