@@ -83,6 +83,8 @@ def test_nll_rise_starts_at_the_last_epoch_before_the_first_drop(tmp_path):
     ])
     assert rl.nll_rise("equal_steps", "B", 10_000, root=tmp_path).tolist() == pytest.approx([0.5, 0.7])  # seed order
     assert rl.nll_rise("equal_steps", "A", 10_000, root=tmp_path).shape == (0,)  # not run yet
+    # from the run's lowest (0.1 at epoch 51, at the high rate): 1.4 for both seeds
+    assert rl.nll_rise("equal_steps", "B", 10_000, root=tmp_path, whole_run=True).tolist() == pytest.approx([1.4, 1.4])
     assert rl.epoch_curves("equal_steps", "test_nll", tmp_path, split_seed=1) == {}
 
 

@@ -211,13 +211,16 @@ def last_epoch(name: str = "reduction", keys: tuple[str, ...] = ("train_loss", "
 
 
 def nll_rise(name: str, protocol: str, train_size: int, *, loss: str = "ce", split_seed: int = 0,
-             root: str | os.PathLike | None = None) -> Any:
+             root: str | os.PathLike | None = None, whole_run: bool = False) -> Any:
     """Per seed (in seed order): the test NLL at the last epoch minus its lowest value from the
     last epoch before the first learning-rate drop on (0 if the curve never rises after it).
 
     The rise of the test NLL after the drop is how Mukhoti et al. (2020, §3) see CE overfit
     the NLL. The window starts at epoch ``first_drop(name)``, the last at the high rate, so a
     curve that only falls gives 0. Empty (shape ``(0,)``) while no run of the group is finished.
+    ``whole_run=True`` starts the window at epoch 1: the last NLL above the run's lowest, which
+    also counts overfitting at the high rate, before the drop (a long run can start its low-rate
+    phase already overfit, so the rise after the drop misses part of it).
     """
     import numpy as np
 
@@ -225,7 +228,7 @@ def nll_rise(name: str, protocol: str, train_size: int, *, loss: str = "ce", spl
                           split_seed=split_seed).get((loss, protocol))
     if curves is None:
         return np.empty(0)
-    return curves[:, -1] - curves[:, first_drop(name) - 1:].min(axis=1)
+    return curves[:, -1] - curves[:, 0 if whole_run else first_drop(name) - 1:].min(axis=1)
 
 
 def log_t_ratio(runs: Any, reference: str = "ce") -> Any:
