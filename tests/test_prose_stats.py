@@ -67,7 +67,7 @@ def test_lists_and_admonitions_count_as_sentences_but_not_as_paragraphs():
 
 def test_every_listed_page_exists_and_the_enforced_ones_pass():
     pages = ps.pages()
-    assert "book/14_when_losses_help.ipynb" in pages and not any("/api/" in p for p in pages)
+    assert {"book/14_when_losses_help.ipynb", "book/api/posthoc.md"} <= set(pages)  # API pages' own prose too
     assert set(ps.ENFORCED) <= set(pages)
     failing = {p: ps.page_stats(p).problems() for p in ps.ENFORCED}
     assert not {p: f for p, f in failing.items() if f}
