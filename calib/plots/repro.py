@@ -15,6 +15,7 @@ per seed with intervals, heatmaps) are in :mod:`calib.plots.stats`.
 """
 from __future__ import annotations
 
+import numbers
 from typing import Mapping, Sequence
 
 import matplotlib
@@ -100,7 +101,7 @@ def epoch_band_curves(
     """
     curves = _check_mapping(curves, "curves")
     per_epoch = dict(per_epoch or {})
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in per_epoch.values()):
+    if not all(isinstance(v, numbers.Real) and not isinstance(v, bool) and v > 0 for v in per_epoch.values()):
         raise ValueError(f"per_epoch must map labels to positive numbers, got {per_epoch!r}")
     panels = curves if all(isinstance(v, Mapping) for v in curves.values()) else {title or "": curves}
     fig = Figure(figsize=(min(_MAX_WIDTH, 6.0 if len(panels) == 1 else 3.4 * len(panels)), 3.4),
