@@ -68,6 +68,10 @@ def test_epoch_band_curves_put_runs_of_different_lengths_on_one_axis_of_steps() 
     assert ax.get_xlabel() == "SGD step"
     fig = plots.epoch_band_curves({"B": {"short": short, "long": long}, "A": {"long": long}}, ylabel="NLL")
     assert fig.axes[1].get_lines()[0].get_color() == fig.axes[0].get_lines()[1].get_color()  # "long"
+    fig = plots.epoch_band_curves({"short": short, "long": long}, ylabel="NLL",
+                                  per_epoch={"short": 100, "long": 50}, milestones={"long": [4, 6]})
+    drops = [line.get_xdata()[0] for line in fig.axes[0].get_lines()[2:]]  # after the two curves
+    assert drops == [200, 300]  # epochs 4 and 6 of the long run, at 50 steps an epoch
     with pytest.raises(ValueError, match="per_epoch"):
         plots.epoch_band_curves({"short": short}, ylabel="x", per_epoch={"short": 0})
 

@@ -54,8 +54,8 @@ def _finite_2d(values: object, name: str) -> np.ndarray:
 
 
 def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence[float] | None,
-                milestones: Sequence[int], per_epoch: Mapping[str, float], xlabel: str,
-                colors: Mapping[str, str]) -> None:
+                milestones: Sequence[float] | Mapping[str, Sequence[float]],
+                per_epoch: Mapping[str, float], xlabel: str, colors: Mapping[str, str]) -> None:
     for label, values in curves.items():
         color = colors[label]
         a = scale * _finite_2d(values, f"curves[{label!r}]")
@@ -67,7 +67,9 @@ def _band_lines(ax, curves: Mapping[str, object], scale: float, epochs: Sequence
         ax.plot(x, a.mean(0), color=color, lw=1.6, label=f"{label} (n={a.shape[0]})")
         if a.shape[0] > 1:
             ax.fill_between(x, a.min(0), a.max(0), color=color, alpha=0.2, lw=0)
-    for m in milestones:
+        for m in milestones.get(label, ()) if isinstance(milestones, Mapping) else ():
+            ax.axvline(m * per_epoch.get(label, 1.0), color=color, ls=":", lw=1)
+    for m in () if isinstance(milestones, Mapping) else milestones:
         ax.axvline(m, color="0.5", ls=":", lw=1)
     ax.set_xlabel(xlabel, fontsize=_FONT + 1)
     ax.tick_params(labelsize=_FONT)
@@ -80,7 +82,7 @@ def epoch_band_curves(
     *,
     ylabel: str,
     title: str | None = None,
-    milestones: Sequence[int] = (),
+    milestones: Sequence[float] | Mapping[str, Sequence[float]] = (),
     scale: float = 1.0,
     epochs: Sequence[float] | None = None,
     per_epoch: Mapping[str, float] | None = None,
@@ -97,7 +99,8 @@ def epoch_band_curves(
 
     ``per_epoch[label]`` puts that curve on another x unit, e.g. SGD steps per epoch, so runs
     of different lengths share one axis (name it with ``xlabel``; ``milestones`` are then in
-    that unit too).
+    that unit too). ``milestones`` may instead map a label to its own drops, in its epochs:
+    each is drawn in the curve's colour at ``epoch * per_epoch[label]``.
     """
     curves = _check_mapping(curves, "curves")
     per_epoch = dict(per_epoch or {})
