@@ -77,7 +77,7 @@ def test_equivalence_is_two_one_sided_tests():
     p = max(stats.ttest_1samp(d, 1.0, alternative="less").pvalue,
             stats.ttest_1samp(d, -1.0, alternative="greater").pvalue)
     assert v.p == pytest.approx(p, rel=1e-9) and v.outcome == "holds"
-    assert "90% CI" in str(v)
+    assert "90% confidence interval" in str(v)
     # contradicted: the 95 % interval (not the 90 % one) wholly beyond a margin
     far = evidence.compare([3.0, 3.4, 2.7, 3.1], [0.0, 0.1, -0.1, 0.2], direction="equivalent", margin=0.5)
     assert far.outcome == "contradicted" and far.p_beyond < 0.05
@@ -300,8 +300,11 @@ def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
     a, b = [3.0, 3.2, 2.9], [1.0, 1.1, 0.8]
     fam = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "reversed")])
     assert all(v.family_size == 2 for v in fam)
-    assert all(" adj." in str(v) and "per comparison" in str(v) for v in fam)
-    assert " adj." not in str(evidence.compare(a, b, "alone"))
+    assert all("after Holm's correction for 2 tests" in str(v) and "per comparison" in str(v)
+               for v in fam)
+    assert "correction" not in str(evidence.compare(a, b, "alone"))
+    fdr = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "x")], "bh")
+    assert "after the Benjamini–Hochberg correction for 2 tests" in str(fdr[0])
 
 
 def test_an_equivalence_line_names_the_claim_each_p_tests():
@@ -309,8 +312,9 @@ def test_an_equivalence_line_names_the_claim_each_p_tests():
                              direction="equivalent", margin=1.0, unit=" pt"),
             evidence.compare(A, B, "apart")]
     line = str(evidence.decide(near)[0])
-    assert 'adj. for "within ±1 pt", ' in line and 'adj. for "beyond"' in line
-    assert 'for "within ±1 pt"' in str(near[0]) and "adj." not in str(near[0])
+    assert 'for "within ±1 pt", ' in line and 'for "beyond", both after Holm' in line
+    assert "for 3 tests" in line  # an equivalence claim is two of the family's tests
+    assert 'for "within ±1 pt"' in str(near[0]) and "correction" not in str(near[0])
 
 
 def test_swapping_the_sides_of_an_equivalence_only_flips_the_sign():

@@ -14,6 +14,9 @@ from scipy import stats  # noqa: E402  (after the guard naming the extra)
 
 Direction = Literal["greater", "less", "equivalent"]
 OUTCOMES = ("holds", "contradicted", "undecided")
+# the family corrections of :func:`decide`, as a verdict line names them
+CORRECTIONS = {"holm": "Holm's correction", "bh": "the Benjamini–Hochberg correction",
+               "by": "the Benjamini–Yekutieli correction"}
 
 
 @dataclass(frozen=True)
@@ -46,20 +49,24 @@ class Verdict:
     p_beyond: float | None = None  # equivalence only: p of |difference| > margin
     p_beyond_adjusted: float | None = None
     test_se: float = 0.0  # the test-set noise added to the seeds' (0: the seeds' noise only)
+    correction: str = "holm"  # how :func:`decide` adjusted the family's p-values
 
     def __str__(self) -> str:
         u = self.unit
         interval = f"[{self.low:+.3g}, {self.high:+.3g}]{u}" if math.isfinite(self.low) else "[no interval]"
         adjusted = self.family_size > 1
-        adj = " adj." if adjusted else ""
+        # spelled out, so a reader meets no "CI" or "adj." to look up
+        after = f"after {CORRECTIONS[self.correction]} for {self.family_size} tests"
         if self.direction == "equivalent":
             # two tests, each named by the claim its small p would show
-            p = (f"p {_p_is(self.p_adjusted, self.alpha)}{adj} for \"within ±{self.margin:g}{u}\", "
-                 f"{_p_text(self.p_beyond_adjusted, self.alpha)}{adj} for \"beyond\"")
+            p = (f"p {_p_is(self.p_adjusted, self.alpha)} for \"within ±{self.margin:g}{u}\", "
+                 f"{_p_text(self.p_beyond_adjusted, self.alpha)} for \"beyond\""
+                 + (f", both {after}" if adjusted else ""))
         else:
-            p = f"p {_p_is(self.p_adjusted, self.alpha)}{adj}"
+            p = f"p {_p_is(self.p_adjusted, self.alpha)}" + (f" {after}" if adjusted else "")
         # the interval is per comparison; in a family the verdict follows the adjusted p
-        level = f"{100 * self.ci_level:.0f}% CI" + (" per comparison" if adjusted else "")
+        level = (f"{100 * self.ci_level:.0f}% confidence interval"
+                 + (" per comparison" if adjusted else ""))
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
                 f"{level} {interval}, {p}, {self.test})")
 
@@ -80,7 +87,7 @@ class Verdict:
     def as_row(self) -> dict[str, object]:
         """The verdict as a table row (``pandas.DataFrame([v.as_row() for v in vs])``)."""
         return {"claim": self.claim, "verdict": self.outcome, "difference": self.effect,
-                "CI low": self.low, "CI high": self.high, "p (adjusted)": self.p_outcome,
+                "interval low": self.low, "interval high": self.high, "p (adjusted)": self.p_outcome,
                 "seeds": f"{self.n_a} vs {self.n_b}" if self.n_b else str(self.n_a), "test": self.test}
 
 
@@ -334,10 +341,10 @@ def decide(verdicts: Sequence[Verdict], method: Literal["holm", "bh", "by"] = "h
             qb = float(beyond[i])
             outcome = "holds" if q < v.alpha else "contradicted" if qb < v.alpha else "undecided"
             out.append(replace(v, p_adjusted=float(q), p_beyond_adjusted=qb, outcome=outcome,
-                               family_size=int(tested.sum())))
+                               family_size=int(tested.sum()), correction=method))
         else:
             out.append(replace(v, p_adjusted=float(q), outcome=_outcome(v.direction, v.effect, float(q), v.alpha),
-                               family_size=int(tested.sum())))
+                               family_size=int(tested.sum()), correction=method))
     return out
 
 
@@ -346,7 +353,7 @@ def table(verdicts: Sequence[Verdict], digits: int = 2) -> object:
     import pandas as pd
 
     frame = pd.DataFrame([v.as_row() for v in verdicts])
-    for col in ("difference", "CI low", "CI high"):
+    for col in ("difference", "interval low", "interval high"):
         frame[col] = frame[col].round(digits)
     frame["p (adjusted)"] = [_p_text(v.p_outcome, v.alpha) for v in verdicts]  # never 0.0496 as 0.05
     return frame.set_index("claim")
