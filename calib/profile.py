@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -301,16 +302,21 @@ def claim(ok: bool, text: str) -> bool:
     return _check("claim", ok, text)
 
 
-def verdict(v: Any) -> Any:
+LEDGER_ROWS = "not applicable: the committed ledger's rows, the same in every draw"
+
+
+def verdict(v: Any, *, audited: bool = True) -> Any:
     """Print a :class:`calib.evidence.Verdict` (holds / contradicted / undecided, with its
     interval), record its outcome for the audit, never assert; returns ``v``.
 
     In a training chapter at the quick profile the line is followed by how often the same
-    outcome recurred in the claims audit (:func:`recurrence`)."""
+    outcome recurred in the claims audit (:func:`recurrence`). ``audited=False``: a verdict
+    on committed ledger rows, which every draw reads unchanged, so its count would say
+    nothing; the line says so instead."""
     _record("verdict", v.claim, v.outcome)
     _show("", str(v))
     if (r := _recurrence_here(v.claim, v.outcome)) is not None:
-        _show("    audit: ", str(r))
+        _show("    audit: ", str(r) if audited else LEDGER_ROWS)
     return v
 
 
@@ -354,6 +360,7 @@ class Recurrence:
     k: int
     n: int
     split: int = 0  # draws whose thread settings disagreed (counted in n, never in k)
+    others: tuple[tuple[str, int], ...] = ()  # the other draws' outcomes and their counts
 
     @property
     def lower(self) -> float:
@@ -366,9 +373,9 @@ class Recurrence:
     def __str__(self) -> str:
         if self.n == 0:
             return "not audited yet (make audit)"
-        split = (f"; {self.split} of them split between thread settings" if self.split else "")
+        rest = "".join(f"{part}; " for part in _the_other_draws(self))
         return (f"{self.outcome} in {self.k} of {self.n} audited draws "
-                f"(recurrence rate >= {100 * self.lower:.0f} % at 95 %{split})")
+                f"({rest}recurrence rate >= {100 * self.lower:.0f} % at 95 %)")
 
 
 def _clopper_pearson_lower(k: int, n: int, alpha: float = 0.05) -> float:
@@ -388,13 +395,22 @@ def _clopper_pearson_lower(k: int, n: int, alpha: float = 0.05) -> float:
     return lo
 
 
+def audited_here() -> bool:
+    """True where the audit's draws speak for this run: the audit reruns chapters at the
+    quick profile only, so at ``colab``, at ``paper`` and in smoke mode no draw counts."""
+    return current() == "quick" and not smoke()
+
+
 def audit_outcomes(chapter: str | None = None, root: str | os.PathLike | None = None, *,
                    kind: str | None = None) -> dict[str, list[str]]:
     """``{text: one outcome per audited draw, by seed offset}`` for every claim or verdict text
     of ``chapter``'s current procedure (default chapter: the one given to :func:`describe`;
     only texts recorded as ``kind``, if given), read in one pass over its files. A draw gave
     the outcome its every execution recorded, or ``"split"`` where its thread settings
-    disagreed (that draw decides nothing); offsets that never printed a text are left out."""
+    disagreed (that draw decides nothing); offsets that never printed a text are left out.
+    Empty where the draws do not speak for this run (:func:`audited_here`)."""
+    if not audited_here():
+        return {}
     draws: dict[str, dict[int, set[str]]] = {}
     kinds: dict[str, set[str | None]] = {}
     for head, lines in _audit_files(chapter or _CHAPTER, root):
@@ -416,29 +432,48 @@ def recurrence(text: str, outcome: str, chapter: str | None = None,
     """How many audited draws gave ``outcome`` for ``text`` at every thread setting, out of
     how many draws (:class:`Recurrence`)."""
     draws = draw_outcomes(text, chapter, root)
-    return Recurrence(outcome, draws.count(outcome), len(draws), draws.count("split"))
+    others = Counter(d for d in draws if d not in (outcome, "split"))
+    return Recurrence(outcome, draws.count(outcome), len(draws), draws.count("split"),
+                      tuple(sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))))
 
 
 def _draws_phrase(r: Recurrence) -> str:
-    """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws" ("in the one
-    audited draw" where there is one), with the split draws."""
+    """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws (the other 2:
+    undecided)" ("in the one audited draw" where there is one), with what the other draws
+    gave, so "0 of 5" says whether they went the other way or decided nothing."""
     where = (f"in {r.k} of {r.n} audited draws" if not r.every_draw
              else "in the one audited draw" if r.n == 1 else f"in every one of the {r.n} audited draws")
+    parts = _the_other_draws(r)
+    return where + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def _the_other_draws(r: Recurrence) -> list[str]:
+    """What the draws that did not give ``r.outcome`` gave: ["undecided in all 5"],
+    ["the other 2: undecided"], ["the others: undecided in 3, contradicted in 1"], and
+    the draws split between thread settings."""
+    rest, parts = r.n - r.k, []
+    if len(r.others) == 1 and not r.split:
+        outcome, m = r.others[0]
+        parts.append(f"it gave {outcome}" if m == r.n == 1 else f"{outcome} in all {m}" if m == r.n else
+                     f"the other one: {outcome}" if m == 1 else f"the other {m}: {outcome}")
+    elif r.others:
+        parts.append("the others: " + ", ".join(f"{o} in {m}" for o, m in r.others))
     if r.split:
-        rest = "the other one" if r.split == 1 else f"the other {r.split}"
-        where += (f" ({rest} split between thread settings)" if r.k + r.split == r.n
-                  else f" ({r.split} of them split between thread settings)")
-    return where
+        rest_text = "the other one" if rest == 1 else f"the other {rest}"
+        parts.append(f"{rest_text} split between thread settings" if r.split == rest
+                     else f"{r.split} of them split between thread settings")
+    return parts
 
 
 def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:
     """For prose (glue it): "in every one of the 5 audited draws", "in 3 of 5 audited draws"
-    (naming the draws split between thread settings), or "in no audited draw yet"."""
+    (naming the draws split between thread settings), or "in no audited draw at this profile"."""
     r = recurrence(text, outcome, chapter)
-    return "in no audited draw yet" if r.n == 0 else _draws_phrase(r)
+    return "in no audited draw at this profile" if r.n == 0 else _draws_phrase(r)
 
 
-NO_AUDIT_RECORD = "the audit holds no record of this version of the chapter yet"
+# true before the first audit of a version and at every profile the audit does not rerun
+NO_AUDIT_RECORD = "the claims audit holds no draw of this version of the chapter at this profile"
 
 
 def audit_clause(text: str, outcome: str | bool, chapter: str | None = None,
@@ -487,7 +522,7 @@ def audit_state(chapter: str | None = None, root: str | os.PathLike | None = Non
             else f"{failed} of its {len(claims)} asserted claims did not hold in every execution")
     counts = "one thread" if threads == [1] else f"{' and '.join(map(str, threads))} threads"
     times = "once" if len(heads) == 1 else f"{len(heads)} times"
-    return (f"The claims audit executed this chapter {times} (seed offsets "
+    return (f"The claims audit executed this chapter {times} at the quick profile (seed offsets "
             f"{', '.join(map(str, offsets))}; {counts}); {held}.")
 
 
@@ -500,7 +535,7 @@ def audit_threads(chapter: str | None = None, root: str | os.PathLike | None = N
 def _recurrence_here(text: str, outcome: str) -> Recurrence | None:
     """The recurrence printed under a verdict: only where the audit applies (a chapter it
     audits, at the quick profile, outside smoke mode and outside an audit run)."""
-    if current() != "quick" or smoke() or os.environ.get(AUDIT_VAR) or not _CHAPTER:
+    if not audited_here() or os.environ.get(AUDIT_VAR) or not _CHAPTER:
         return None
     if not (AUDIT_ROOT / _CHAPTER).is_dir():
         return None

@@ -5,6 +5,14 @@ import torch
 from calib import profile
 
 
+@pytest.fixture(autouse=True)
+def _the_audited_profile(monkeypatch):
+    """The audit's records speak for the quick profile only (profile.audited_here): these
+    tests read them there, also on a machine whose default profile is colab (CUDA)."""
+    monkeypatch.setenv("CALIB_PROFILE", "quick")
+    monkeypatch.delenv("CALIB_SMOKE", raising=False)
+
+
 def test_default_is_quick_without_cuda(monkeypatch):
     monkeypatch.delenv("CALIB_PROFILE", raising=False)
     expected = "colab" if torch.cuda.is_available() else "quick"
@@ -80,7 +88,7 @@ def test_recurrence_counts_draws_and_a_split_draw_for_no_outcome(tmp_path, monke
     _audit_file(folder, 400, 2, [("A below B", "undecided")])  # the threads disagree: a split draw
     r = profile.recurrence("A below B", "holds", chapter="ch", root=tmp_path)
     assert (r.k, r.n, r.split) == (3, 4, 1) and not r.every_draw  # n counts draws, never runs
-    assert "holds in 3 of 4 audited draws" in str(r) and "1 of them split" in str(r)
+    assert "holds in 3 of 4 audited draws (the other one split between thread settings;" in str(r)
     assert profile.draw_outcomes("A below B", chapter="ch", root=tmp_path) == ["holds"] * 3 + ["split"]
     assert profile.recurrence("A below B", "undecided", chapter="ch", root=tmp_path).k == 0
     monkeypatch.setattr(profile, "AUDIT_ROOT", tmp_path)  # the prose names the split draw too
@@ -104,11 +112,27 @@ def test_audit_clause_counts_the_outcome_of_this_run_for_a_report(tmp_path):
     for offset, outcome in [(100, "holds"), (200, "fails"), (300, "holds")]:
         _audit_file(folder, offset, 1, [("r", outcome)])
     kw = dict(chapter="ch", root=tmp_path)
-    assert profile.audit_clause("r", True, **kw) == "the audit found the same in 2 of 3 audited draws"
-    assert profile.audit_clause("r", False, **kw) == "the audit found the same in 1 of 3 audited draws"
+    assert profile.audit_clause("r", True, **kw) == (
+        "the audit found the same in 2 of 3 audited draws (the other one: fails)")
+    assert profile.audit_clause("r", False, **kw) == (
+        "the audit found the same in 1 of 3 audited draws (the other 2: holds)")
     assert profile.audit_clause("r", False, **kw) == profile.audit_clause("r", "fails", **kw)
     assert profile.audit_clause("never printed", False, **kw) == profile.NO_AUDIT_RECORD
-    assert profile.audit_clause("r", np.bool_(False), **kw).endswith("in 1 of 3 audited draws")
+    assert profile.audit_clause("r", np.bool_(False), **kw).endswith("in 1 of 3 audited draws (the other 2: holds)")
+
+
+def test_a_clause_says_what_the_other_draws_gave(tmp_path):
+    """Referee s21: "the same in 0 of 5 audited draws" hid that they were undecided, not
+    contradicted."""
+    folder = tmp_path / "ch"
+    outcomes = ["undecided"] * 3 + ["contradicted", "holds"]
+    for offset, outcome in zip(range(100, 600, 100), outcomes):
+        _audit_file(folder, offset, 1, [("r", outcome), ("u", "undecided")])
+    kw = dict(chapter="ch", root=tmp_path)
+    assert profile.audit_clause("u", "holds", **kw).endswith("in 0 of 5 audited draws (undecided in all 5)")
+    assert profile.audit_clause("r", "holds", **kw).endswith(
+        "in 1 of 5 audited draws (the others: undecided in 3, contradicted in 1)")
+    assert profile.recurrence("r", "undecided", **kw).others == (("contradicted", 1), ("holds", 1))
 
 
 def test_one_audited_draw_reads_as_one_draw(tmp_path):
@@ -116,7 +140,8 @@ def test_one_audited_draw_reads_as_one_draw(tmp_path):
     _audit_file(tmp_path / "ch", 100, 1, [("r", "holds")])
     assert profile.audit_clause("r", "holds", chapter="ch", root=tmp_path) == (
         "the audit found the same in the one audited draw")
-    assert profile.audit_clause("r", "fails", chapter="ch", root=tmp_path).endswith("in 0 of 1 audited draws")
+    assert profile.audit_clause("r", "fails", chapter="ch", root=tmp_path).endswith(
+        "in 0 of 1 audited draws (it gave holds)")
 
 
 def test_clopper_pearson_lower_bound_matches_scipy():
@@ -140,8 +165,31 @@ def test_a_verdict_in_an_audited_chapter_prints_its_recurrence(monkeypatch, caps
     profile.verdict(v)
     out = capsys.readouterr().out
     assert f"audit: {v.outcome} in" in out and "of 1 audited draws" in out
+    profile.verdict(v, audited=False)  # committed ledger rows: every draw reads them alike
+    out = capsys.readouterr().out
+    assert "audit: not applicable" in out and "audited draws" not in out
     monkeypatch.setattr(profile, "_CHAPTER", "other")  # a page the audit does not cover: no line
     profile.verdict(v)
+    assert "audit:" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("env", [{"CALIB_PROFILE": "colab"}, {"CALIB_PROFILE": "paper"},
+                                 {"CALIB_SMOKE": "1"}])
+def test_the_quick_audit_speaks_for_no_other_profile(monkeypatch, capsys, tmp_path, env):
+    """Referee s21 F9: a colab run's grids and prose credited the quick draws to itself."""
+    from calib import evidence
+
+    _audit_file(tmp_path / "ch", 100, 1, [("a is greater than b", "holds")])
+    monkeypatch.setattr(profile, "AUDIT_ROOT", tmp_path)
+    monkeypatch.setattr(profile, "_CHAPTER", "ch")
+    assert profile.recurrence("a is greater than b", "holds").n == 1  # at quick, it counts
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    assert not profile.audited_here()
+    assert profile.audit_outcomes("ch") == {} and profile.recurrence("a is greater than b", "holds").n == 0
+    assert profile.audit_clause("a is greater than b", "holds") == profile.NO_AUDIT_RECORD
+    assert profile.recurrence_text("a is greater than b", "holds") == "in no audited draw at this profile"
+    profile.verdict(evidence.compare([3.0, 3.1, 3.2], [1.0, 1.1, 1.3], "a is greater than b"))
     assert "audit:" not in capsys.readouterr().out
 
 
@@ -164,7 +212,7 @@ def test_audit_state_is_read_from_the_records(tmp_path):
              {"kind": "report", "claim": "x", "outcome": "holds"}]
     (reports / "offset100-threads1.jsonl").write_text("\n".join(map(json.dumps, lines)))
     text = profile.audit_state("reports", tmp_path)
-    assert "once (seed offsets 100;" in text and "one thread" in text and "no claim was asserted" in text
+    assert "once at the quick profile (seed offsets 100;" in text and "one thread" in text and "no claim was asserted" in text
 
 
 def test_audit_state_leaves_out_claims_the_chapter_no_longer_asserts(tmp_path):
