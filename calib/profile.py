@@ -449,20 +449,20 @@ def _draws_phrase(r: Recurrence) -> str:
 
 def _the_other_draws(r: Recurrence) -> list[str]:
     """What the draws that did not give ``r.outcome`` gave: ["undecided in all 5"],
-    ["the other 2: undecided"], ["the others: undecided in 3, contradicted in 1"], and
-    the draws split between thread settings."""
-    rest, parts = r.n - r.k, []
-    if len(r.others) == 1 and not r.split:
-        outcome, m = r.others[0]
-        parts.append(f"it gave {outcome}" if m == r.n == 1 else f"{outcome} in all {m}" if m == r.n else
-                     f"the other one: {outcome}" if m == 1 else f"the other {m}: {outcome}")
-    elif r.others:
-        parts.append("the others: " + ", ".join(f"{o} in {m}" for o, m in r.others))
-    if r.split:
-        rest_text = "the other one" if rest == 1 else f"the other {rest}"
-        parts.append(f"{rest_text} split between thread settings" if r.split == rest
-                     else f"{r.split} of them split between thread settings")
-    return parts
+    ["the other 2: undecided"], ["the other one split between thread settings"],
+    ["the others: undecided in 3, split between thread settings in 1"]."""
+    SPLIT = "split between thread settings"
+    kinds = [*r.others, *([(SPLIT, r.split)] if r.split else [])]
+    if len(kinds) > 1:
+        return ["the others: " + ", ".join(f"{o} in {m}" for o, m in kinds)]
+    if not kinds:
+        return []
+    label, m = kinds[0]
+    sep = " " if label == SPLIT else ": "  # "the other one split ...", "the other one: undecided"
+    if m == r.n:
+        return [f"it {'gave ' * (label != SPLIT)}{label}" if m == 1 else
+                f"all {m} {label}" if label == SPLIT else f"{label} in all {m}"]
+    return [f"the other {'one' if m == 1 else m}{sep}{label}"]
 
 
 def recurrence_text(text: str, outcome: str, chapter: str | None = None) -> str:

@@ -303,6 +303,9 @@ def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
     assert all("after Holm's correction for 2 tests" in str(v) and "per comparison" in str(v)
                for v in fam)
     assert "correction" not in str(evidence.compare(a, b, "alone"))
+    untested = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "x"),
+                                evidence.compare([1.0], [2.0], "one run a side")])
+    assert "correction" not in str(untested[2]) and "p = n/a" in str(untested[2])
     fdr = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "x")], "bh")
     assert "after the Benjamini–Hochberg correction for 2 tests" in str(fdr[0])
 

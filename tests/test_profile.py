@@ -133,6 +133,11 @@ def test_a_clause_says_what_the_other_draws_gave(tmp_path):
     assert profile.audit_clause("r", "holds", **kw).endswith(
         "in 1 of 5 audited draws (the others: undecided in 3, contradicted in 1)")
     assert profile.recurrence("r", "undecided", **kw).others == (("contradicted", 1), ("holds", 1))
+    split = profile.Recurrence("holds", 0, 5, split=5)
+    assert profile._draws_phrase(split) == "in 0 of 5 audited draws (all 5 split between thread settings)"
+    mixed = profile.Recurrence("holds", 3, 5, split=1, others=(("undecided", 1),))
+    assert profile._draws_phrase(mixed).endswith(
+        "(the others: undecided in 1, split between thread settings in 1)")
 
 
 def test_one_audited_draw_reads_as_one_draw(tmp_path):

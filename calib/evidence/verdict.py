@@ -54,7 +54,7 @@ class Verdict:
     def __str__(self) -> str:
         u = self.unit
         interval = f"[{self.low:+.3g}, {self.high:+.3g}]{u}" if math.isfinite(self.low) else "[no interval]"
-        adjusted = self.family_size > 1
+        adjusted = self.family_size > 1 and math.isfinite(self.p)  # untested: not one of them
         # spelled out, so a reader meets no "CI" or "adj." to look up
         after = f"after {CORRECTIONS[self.correction]} for {self.family_size} tests"
         if self.direction == "equivalent":
@@ -66,7 +66,7 @@ class Verdict:
             p = f"p {_p_is(self.p_adjusted, self.alpha)}" + (f" {after}" if adjusted else "")
         # the interval is per comparison; in a family the verdict follows the adjusted p
         level = (f"{100 * self.ci_level:.0f}% confidence interval"
-                 + (" per comparison" if adjusted else ""))
+                 + (" per comparison" if self.family_size > 1 else ""))
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
                 f"{level} {interval}, {p}, {self.test})")
 
