@@ -325,6 +325,27 @@ def test_a_shard_starting_beside_another_is_not_refused(tmp_path):
     assert res.trained and (out / sw.MANIFEST_FILE).exists()
 
 
+def test_a_manifest_linked_between_the_two_looks_is_read_not_refused(tmp_path, monkeypatch):
+    # the other moment (a fresh make test, session 21): this shard found no manifest, then
+    # the other shard linked its own in before this one listed the directory
+    first = tmp_path / "first"
+    sw.sweep(first, ["ce"], [0], progress=False, **TINY)
+    manifest = (first / sw.MANIFEST_FILE).read_text()
+    out = tmp_path / "s"
+    out.mkdir()
+    looks = sw._holds_files
+
+    def racing(d):
+        (d / sw.MANIFEST_FILE).write_text(manifest)  # the other shard wins the race here
+        return looks(d)
+
+    monkeypatch.setattr(sw, "_holds_files", racing)
+    sw._check_directory(out, json.loads(manifest))  # reads it: the same sweep, no error
+    other = json.loads(manifest) | {"cells": ["another"]}
+    with pytest.raises(sw.SweepError, match="holds another sweep"):
+        sw._check_directory(out, other)
+
+
 def test_shards_partition_the_grid_and_merge_to_the_same_results(tmp_path, reference):
     _, ref = reference
     out = tmp_path / "sharded"

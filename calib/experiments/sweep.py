@@ -199,6 +199,9 @@ def _check_directory(out: Path, manifest: Mapping[str, Any]) -> None:
             raise SweepError(f"{out} holds another sweep ({diff}); use another directory, or the same "
                              "arguments to resume it")
     elif out.exists() and (not out.is_dir() or _holds_files(out)):
+        if path.exists():  # another shard linked its manifest in between the two looks
+            _check_directory(out, manifest)
+            return
         raise SweepError(f"{out} exists, is not an empty directory and holds no {MANIFEST_FILE}: not a sweep "
                          "directory; choose another one")
 
