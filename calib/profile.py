@@ -441,7 +441,8 @@ def _draws_phrase(r: Recurrence) -> str:
     """ "in every one of the 5 audited draws" / "in 3 of 5 audited draws (the other 2:
     undecided)" ("in the one audited draw" where there is one), with what the other draws
     gave, so "0 of 5" says whether they went the other way or decided nothing."""
-    where = (f"in {r.k} of {r.n} audited draws" if not r.every_draw
+    where = ("not in the one audited draw" if r.n == 1 and not r.k
+             else f"in {r.k} of {r.n} audited draws" if not r.every_draw
              else "in the one audited draw" if r.n == 1 else f"in every one of the {r.n} audited draws")
     parts = _the_other_draws(r)
     return where + (f" ({'; '.join(parts)})" if parts else "")

@@ -306,6 +306,7 @@ def test_a_corrected_verdict_says_so_even_where_holm_leaves_its_p_unchanged():
     untested = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "x"),
                                 evidence.compare([1.0], [2.0], "one run a side")])
     assert "correction" not in str(untested[2]) and "p = n/a" in str(untested[2])
+    assert "per comparison" not in str(untested[2])  # there is no interval to qualify
     fdr = evidence.decide([evidence.compare(a, b, "large"), evidence.compare(b, a, "x")], "bh")
     assert "after the Benjamini–Hochberg correction for 2 tests" in str(fdr[0])
 

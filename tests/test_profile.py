@@ -146,7 +146,7 @@ def test_one_audited_draw_reads_as_one_draw(tmp_path):
     assert profile.audit_clause("r", "holds", chapter="ch", root=tmp_path) == (
         "the audit found the same in the one audited draw")
     assert profile.audit_clause("r", "fails", chapter="ch", root=tmp_path).endswith(
-        "in 0 of 1 audited draws (it gave holds)")
+        "not in the one audited draw (it gave holds)")
 
 
 def test_clopper_pearson_lower_bound_matches_scipy():

@@ -66,7 +66,7 @@ class Verdict:
             p = f"p {_p_is(self.p_adjusted, self.alpha)}" + (f" {after}" if adjusted else "")
         # the interval is per comparison; in a family the verdict follows the adjusted p
         level = (f"{100 * self.ci_level:.0f}% confidence interval"
-                 + (" per comparison" if self.family_size > 1 else ""))
+                 + (" per comparison" if self.family_size > 1 and math.isfinite(self.low) else ""))
         return (f"{self.outcome}: {self.claim} (difference {self.effect:+.3g}{u}, "
                 f"{level} {interval}, {p}, {self.test})")
 
