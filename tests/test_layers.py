@@ -14,6 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1] / "calib"
 # lower number = lower layer
 LAYERS = {
     "calib": 0, "calib._checks": 0, "calib._optional": 0, "calib.profile": 0,
+    "calib.runtimes": 0,
     "calib.metrics": 1,
     "calib.posthoc": 2, "calib.evidence": 2,
     "calib.losses": 3,

@@ -270,3 +270,27 @@ def test_glue_is_myst_nb_in_the_book_and_a_print_elsewhere(monkeypatch, capsys):
     monkeypatch.setitem(sys.modules, "IPython", None)  # a plain script
     profile.glue("key", 2.5, display=False)
     assert calls == [("key", 1.5, False)] and capsys.readouterr().out == "key: 2.5\n"
+
+
+def test_a_family_says_how_many_outcomes_recurred_and_names_the_decided_rest(tmp_path, monkeypatch):
+    """Chapters 11 and 13 counted "k of these n outcomes recurred" each in its own code."""
+    from types import SimpleNamespace as V
+
+    for offset, b in [(100, "holds"), (200, "undecided"), (300, "undecided")]:
+        _audit_file(tmp_path / "ch", offset, 1, [("A", "holds"), ("B", b), ("C", "undecided")])
+    monkeypatch.setattr(profile, "AUDIT_ROOT", tmp_path)
+    fam = [V(claim="A", outcome="holds"), V(claim="B", outcome="holds"),
+           V(claim="C", outcome="undecided"), V(claim="new", outcome="contradicted")]
+    text = profile.family_recurrence(fam, "ch")
+    assert text.startswith("2 of these 4 outcomes recurred in every one of the 3 audited draws")
+    assert "“B” (holds here) recurred in 1 of 3 audited draws (the other 2: undecided)" in text
+    assert "“new” (contradicted here) is in no audited draw" in text and "“C”" not in text
+    assert profile.family_recurrence(fam, "ch", name_the_rest=False) == (
+        "2 of these 4 outcomes recurred in every one of the 3 audited draws")
+    assert profile.family_recurrence(fam[:1], "ch") == (
+        "this outcome recurred in every one of the 3 audited draws")
+    assert profile.family_recurrence(fam[1:2], "ch", name_the_rest=False) == (
+        "this outcome did not recur in every one of the 3 audited draws")
+    assert profile.family_recurrence(fam, "no such chapter") == profile.NO_AUDIT_RECORD
+    monkeypatch.setenv("CALIB_PROFILE", "colab")  # the audit's draws do not speak there
+    assert profile.family_recurrence(fam, "ch") == profile.NO_AUDIT_RECORD

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from calib import profile
+from calib import profile, runtimes
 from calib.cli import main
 from calib.data import DownloadError, load
 from calib.data.splits import Splits
@@ -184,32 +184,32 @@ def test_describe_warns_on_a_gpu_profile_without_a_gpu(monkeypatch):
 def test_t4_estimate_is_labelled_estimated_or_measured():
     table = {"chapters": {"a": {"train_flops": 8e12, "other_seconds": 10.0},
                           "b": {"t4_seconds": 600.0, "train_flops": 1.0, "other_seconds": 1.0}}}
-    a = profile.t4_estimate("a", table)
-    assert a.seconds == pytest.approx(10 + 8e12 / profile.T4_SUSTAINED_FLOPS) and not a.measured
+    a = runtimes.t4_estimate("a", table)
+    assert a.seconds == pytest.approx(10 + 8e12 / runtimes.T4_SUSTAINED_FLOPS) and not a.measured
     assert "estimated" in a.describe()
-    b = profile.t4_estimate("b", table)
+    b = runtimes.t4_estimate("b", table)
     assert b.measured and b.seconds == 600 and "measured" in b.describe() and "10 min" in b.describe()
-    assert profile.t4_estimate("c", table).seconds is None
+    assert runtimes.t4_estimate("c", table).seconds is None
     with pytest.raises(TypeError, match="chapter"):
-        profile.t4_estimate(3)
+        runtimes.t4_estimate(3)
 
 
 def test_every_chapter_has_a_recorded_estimate():
-    table = json.loads(profile.RUNTIMES_FILE.read_text())
+    table = json.loads(runtimes.RUNTIMES_FILE.read_text())
     for nb in sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb")):
         if nb.stem in table["chapters"]:
-            est = profile.t4_estimate(nb.stem)
+            est = runtimes.t4_estimate(nb.stem)
             assert est.seconds is not None and est.seconds > 0
 
 
 def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
+    monkeypatch.setenv(runtimes.LEDGER_VAR, str(ledger))
     cfg = TrainConfig.from_preset("cifar", "colab", data="cifar10", model="mlp", model_kwargs={"hidden": 8},
                                   progress=False)
     trainer = make_trainer(cfg)
     (line,) = [json.loads(s) for s in ledger.read_text().splitlines()]
-    per = profile.forward_flops(trainer.model, trainer.data.train_x)
+    per = runtimes.forward_flops(trainer.model, trainer.data.train_x)
     # 30 epochs of 45,000 training images (3 passes) and 5,000 validation images, then val + test
     expected = per * (30 * (3 * 45_000 + 5_000) + 5_000 + 10_000)
     assert line["flops"] == pytest.approx(expected) and line["epochs"] == 30
@@ -219,7 +219,7 @@ def test_flop_ledger_counts_the_uncapped_run(monkeypatch, tmp_path, smoke_on):
 def test_flop_ledger_counts_data_a_chapter_passes_at_its_own_size(monkeypatch, tmp_path, smoke_on):
     """Toy data is real in smoke mode: its run is counted at the size passed, not the cap."""
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
+    monkeypatch.setenv(runtimes.LEDGER_VAR, str(ledger))
     n = profile.SMOKE_CAPS["train"] * 4
     x, y = torch.randn(n, 6), torch.arange(n) % 3
     splits = Splits(train_x=x, train_y=y, val_x=x[:50], val_y=y[:50], test_x=x[:60], test_y=y[:60],
@@ -229,19 +229,19 @@ def test_flop_ledger_counts_data_a_chapter_passes_at_its_own_size(monkeypatch, t
     trainer = make_trainer(cfg, data=splits)
     assert trainer.data.train_x.shape[0] == profile.SMOKE_CAPS["train"]  # the run is capped
     (line,) = [json.loads(s) for s in ledger.read_text().splitlines()]
-    per = profile.forward_flops(trainer.model, x)
+    per = runtimes.forward_flops(trainer.model, x)
     assert line["flops"] == pytest.approx(per * (2 * (3 * n + 50) + 50 + 60))
-    assert profile.full_sizes("cifar10", 5000, (1, 1, 1), train_size=2500) == (2500, 5000, 10_000)
-    assert profile.full_sizes("fashion_mnist", None, (16, 8, 8)) == (55_000, 5000, 10_000)
+    assert runtimes.full_sizes("cifar10", 5000, (1, 1, 1), train_size=2500) == (2500, 5000, 10_000)
+    assert runtimes.full_sizes("fashion_mnist", None, (16, 8, 8)) == (55_000, 5000, 10_000)
 
 
 def test_flop_ledger_scales_in_the_seeds_smoke_mode_skips(monkeypatch, tmp_path, smoke_on):
     ledger = tmp_path / "ledger.jsonl"
-    monkeypatch.setenv(profile.LEDGER_VAR, str(ledger))
+    monkeypatch.setenv(runtimes.LEDGER_VAR, str(ledger))
     kept = profile.smoke_cap("seeds", 5 * profile.SMOKE_CAPS["seeds"])
     assert kept == profile.SMOKE_CAPS["seeds"]
     ledger.write_text(ledger.read_text() + '{"flops": 10.0}\n{"flops": 20.0}\n')
-    assert profile.ledger_flops(ledger) == pytest.approx(5 * 30.0)
+    assert runtimes.ledger_flops(ledger) == pytest.approx(5 * 30.0)
     profile.smoke_cap("seeds", 1)  # nothing skipped: no line
     assert len(ledger.read_text().splitlines()) == 3
 

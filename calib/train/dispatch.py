@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .. import profile
+from .. import runtimes
 from ..data import Splits
 from ..data.splits import smoke_subset
 from .config import TrainConfig, check_config, smoke_config
@@ -38,13 +38,13 @@ def make_trainer(config: TrainConfig, *, data: Splits | None = None, **settings:
 
     In smoke mode the config and the data are capped first (:func:`smoke_config`,
     :func:`calib.data.splits.smoke_subset`); with ``$CALIB_FLOP_LEDGER`` set, the FLOPs of
-    the run as requested (uncapped) are appended to it (:func:`calib.profile.record_run`).
+    the run as requested (uncapped) are appended to it (:func:`calib.runtimes.record_run`).
     ``settings``: keywords of the meta trainers (e.g. ``meta_lr``).
     """
     cls = trainer_for(check_config(config).meta)
     full = data if data is not None else load_data(config)
     trainer = cls(smoke_config(config), data=smoke_subset(full), **settings)
-    profile.record_run(config, trainer.model, full)  # the sizes before the smoke caps
+    runtimes.record_run(config, trainer.model, full)  # the sizes before the smoke caps
     return trainer
 
 
