@@ -334,7 +334,8 @@ def test_swapping_the_sides_of_an_equivalence_only_flips_the_sign():
     assert (ba.p, ba.p_beyond) == pytest.approx((ab.p, ab.p_beyond))
 
 
-@pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5")])
+@pytest.mark.parametrize("p, text", [(0.0498, "0.0498"), (0.0503, "0.05"), (0.012, "0.012"), (0.5, "0.5"),
+                                     (0.049995, "0.04999"), (0.0500004, "0.05")])
 def test_p_values_are_not_rounded_across_alpha(p, text):
     assert evidence._p_text(p, 0.05) == text
 

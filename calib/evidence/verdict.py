@@ -95,7 +95,8 @@ P_FLOOR = 1e-10  # smaller p-values print as "< 1e-10": their digits are model t
 
 
 def _p_text(p: float | None, alpha: float) -> str:
-    """p to two significant digits, or three where two would round it across alpha (0.0498);
+    """p to two significant digits, or more where two would round it onto or across alpha
+    (0.0498, 0.04999);
     "< 1e-10" below :data:`P_FLOOR`, 0 included (a t or normal tail past the floating-point
     range, e.g. a difference 40 test-set standard errors wide: a real test, never a measured
     0); "n/a" where no test could be made (NaN)."""
@@ -103,8 +104,11 @@ def _p_text(p: float | None, alpha: float) -> str:
         return "n/a"
     if p < P_FLOOR:
         return f"< {P_FLOOR:g}"
-    text = f"{p:.2g}"
-    return text if (float(text) < alpha) == (p < alpha) else f"{p:.3g}"
+    for digits in range(2, 8):  # as few as keep p on its side of alpha (0.049995: "0.04999")
+        text = f"{p:.{digits}g}"
+        if (float(text) < alpha) == (p < alpha):
+            return text
+    return text
 
 
 def _p_is(p: float | None, alpha: float) -> str:
