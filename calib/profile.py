@@ -16,9 +16,6 @@ Chapters read the profile once at the top::
 The chapter's environment lives here too: smoke mode (``CALIB_SMOKE``), the data root
 (``CALIB_DATA``), debug checks, :func:`claim` for statements about our runs, and the expected
 Colab time of a chapter (:mod:`calib.runtimes`).
-
-The expected Colab time of a chapter, printed by :func:`describe`, is estimated in
-:mod:`calib.runtimes`.
 """
 from __future__ import annotations
 
