@@ -411,7 +411,11 @@ def recurrence(text: str, outcome: str, chapter: str | None = None,
                root: str | os.PathLike | None = None) -> Recurrence:
     """How many audited draws gave ``outcome`` for ``text`` at every thread setting, out of
     how many draws (:class:`Recurrence`)."""
-    draws = draw_outcomes(text, chapter, root)
+    return _recurrence(draw_outcomes(text, chapter, root), outcome)
+
+
+def _recurrence(draws: list[str], outcome: str) -> Recurrence:
+    """:func:`recurrence` from the draws' outcomes of one text."""
     others = Counter(d for d in draws if d not in (outcome, "split"))
     return Recurrence(outcome, draws.count(outcome), len(draws), draws.count("split"),
                       tuple(sorted(others.items(), key=lambda kv: (-kv[1], kv[0]))))
@@ -483,7 +487,8 @@ def family_recurrence(family: Iterable[Any], chapter: str | None = None, *,
     2 of 5 audited draws (the other 3: undecided)". :data:`NO_AUDIT_RECORD` while the audit
     holds no draw of them. An undecided outcome is no finding, so it is never named."""
     family = list(family)
-    rs = [recurrence(v.claim, v.outcome, chapter) for v in family]
+    drawn = audit_outcomes(chapter)  # one pass over the records for the whole family
+    rs = [_recurrence(drawn.get(v.claim, []), v.outcome) for v in family]
     ns = sorted({r.n for r in rs if r.n})  # draws per verdict: the same unless some skipped it
     if not ns:
         return NO_AUDIT_RECORD

@@ -1,7 +1,7 @@
 """Checks for the logic chapters 9-11 rely on (the reproductions part of the book)."""
 from __future__ import annotations
 
-import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -132,7 +132,7 @@ def test_grouped_histograms_draws_an_empty_panel() -> None:
 
 
 @pytest.mark.skipif(not FASHION_MNIST, reason="Fashion-MNIST not installed (make fashion-mnist)")
-def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:
+def test_quick_regime_of_chapters_9_to_11_is_over_confident(tmp_path: Path) -> None:
     """presets.QUICK_REAL, the real-image case of chapters 9-11: CE fits its 1,000
     Fashion-MNIST images and ends over-confident, as the papers' CIFAR networks do (the
     regime the chapters' comparisons need); focal loss (gamma = 3) does not."""
@@ -140,7 +140,7 @@ def test_quick_regime_of_chapters_9_to_11_is_over_confident() -> None:
     from calib.train import presets
 
     torch.set_num_threads(1)
-    res = sw.sweep(tempfile.mkdtemp(prefix="calib-test-quick-"), losses=["ce", "focal:gamma=3"],
+    res = sw.sweep(tmp_path, losses=["ce", "focal:gamma=3"],
                    seeds=[0], progress=False, fsync=False, **presets.QUICK_REAL)
     ce, focal = (res.to_frame().set_index("loss").loc[name] for name in ("ce", "focal"))
     assert 0.75 < ce["accuracy"] < 0.9 and abs(focal["accuracy"] - ce["accuracy"]) < 0.03
