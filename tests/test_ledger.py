@@ -97,6 +97,17 @@ def test_a_sweep_made_on_two_cpus_gives_the_cells_its_sessions_here_made(tmp_pat
     assert [c.name for c in ledger.rederivable_cells(tmp_path)] == cells[1:2]
 
 
+def test_cell_machines_names_the_machine_of_the_session_that_made_each_cell(tmp_path):
+    intel, amd = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 16 cores"
+    _fake_sweep(tmp_path, "bench", [{"machine": amd}, {"machine": intel, "cells": ["b"]}], amd)
+    _fake_sweep(tmp_path, "reduction", [{"commit": "a"}], amd)  # one machine: every cell's
+    (tmp_path / "bench" / "runs" / "b").mkdir()
+    (tmp_path / "bench" / "runs" / "b" / "metrics.json").write_text("{}")
+    assert ledger.cell_machines("bench", tmp_path) == {"b": "x86_64, Intel Xeon",
+                                                      "cell__s0": "unrecorded"}
+    assert ledger.cell_machines("reduction", tmp_path) == {"cell__s0": "x86_64, AMD EPYC"}
+
+
 def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):
     here = "x86_64, AMD EPYC, 2 cores"
     monkeypatch.setattr(ledger, "machine", lambda: here)

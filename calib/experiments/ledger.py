@@ -39,7 +39,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
            "record", "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command",
-           "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
+           "PROTOCOLS", "machine", "machines", "cell_machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available",
            "committed_root", "TABLE_COLUMNS", "REUSE", "REGIME_SIZES", "reuse", "keep_test_predictions",
            "test_predictions", "TEST_PREDICTIONS_FILE", "EQUAL_STEPS_EPOCHS", "REGIME_DRAW_SIZES",
@@ -405,6 +405,19 @@ def machines(name: str, root: str | os.PathLike | None = None) -> set[str]:
     """
     prov = _provenance(name, root)
     return {_cpu(s.get("machine", prov.get("machine", "unknown"))) for s in prov.get("sessions", [{}])}
+
+
+def cell_machines(name: str, root: str | os.PathLike | None = None) -> dict[str, str]:
+    """``{cell folder name: the machine (architecture, CPU model; a GPU's name after it)
+    that made it}`` for each finished cell of sweep ``name``: the session that lists a cell
+    made it; a cell no session lists was made on the sweep's one machine, or on an
+    ``"unrecorded"`` one where its sessions ran on several (sessions record their
+    ``cells`` since 2026-12-04)."""
+    prov, every = _provenance(name, root), machines(name, root)
+    made = {c: _cpu(s.get("machine", prov.get("machine", "unknown")))
+            for s in prov.get("sessions", []) for c in s.get("cells", [])}
+    rest = next(iter(every)) if len(every) == 1 else "unrecorded"
+    return {d.name: made.get(d.name, rest) for d in cell_dirs(name, root)}
 
 
 def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:

@@ -17,7 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .grid import cell_name_parts
-from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load, test_predictions
+from .ledger import (PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, cell_machines, histories, load,
+                     test_predictions)
 
 __all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "protocol_table", "epoch_curves",
            "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "test_noise", "LOSS_NAMES"]
@@ -99,17 +100,20 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
     the number of training images (:func:`size_of`); ``seconds``, the run's training time;
     ``device``, where it trained (``cpu``, or the ``cuda`` of a ledger session on a GPU);
+    ``machine``, the machine that made it (:func:`calib.experiments.ledger.cell_machines`:
+    "x86_64, AMD EPYC"; CPU kinds differ in a run's last bits, which SGD amplifies);
     ``split_seed``, the draw of training and validation images (:func:`draw_of`).
     """
     import pandas as pd
 
     rows, _ = load(name, root)
     where = _devices(name, root)
+    made = {_cell_key(name, cell): m for cell, m in cell_machines(name, root).items()}
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
     derived = ("protocol", "train_size", "split_seed")
-    out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key]}
-           for r in rows for key in [_row_key(name, r)]]
-    return pd.DataFrame(out, columns=[*keep, *derived, "device"])
+    out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key],
+            "machine": made[key]} for r in rows for key in [_row_key(name, r)]]
+    return pd.DataFrame(out, columns=[*keep, *derived, "device", "machine"])
 
 
 def protocol_table(runs: Any) -> Any:
