@@ -97,15 +97,26 @@ def test_a_sweep_made_on_two_cpus_gives_the_cells_its_sessions_here_made(tmp_pat
     assert [c.name for c in ledger.rederivable_cells(tmp_path)] == cells[1:2]
 
 
-def test_cell_machines_names_the_machine_of_the_session_that_made_each_cell(tmp_path):
-    intel, amd = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 16 cores"
-    _fake_sweep(tmp_path, "bench", [{"machine": amd}, {"machine": intel, "cells": ["b"]}], amd)
+def test_cell_machines_names_the_machine_of_the_session_that_made_each_cell(tmp_path, monkeypatch):
+    intel, amd, gpu = "x86_64, Intel Xeon, 2 cores", "x86_64, AMD EPYC, 16 cores", "x86_64, Xeon, H200, 16 cores"
+    monkeypatch.setattr(ledger, "REUSE", {"bench": "reduction"})
     _fake_sweep(tmp_path, "reduction", [{"commit": "a"}], amd)  # one machine: every cell's
-    (tmp_path / "bench" / "runs" / "b").mkdir()
-    (tmp_path / "bench" / "runs" / "b" / "metrics.json").write_text("{}")
-    assert ledger.cell_machines("bench", tmp_path) == {"b": "x86_64, Intel Xeon",
-                                                      "cell__s0": "unrecorded"}
+    _fake_sweep(tmp_path, "bench", [{"machine": intel}, {"machine": gpu, "device": "cuda"},
+                                    {"machine": intel, "cells": ["b"]}], amd)
+    for cell, device in (("b", None), ("c", "cuda"), ("d", None)):
+        (tmp_path / "bench" / "runs" / cell).mkdir()
+        (tmp_path / "bench" / "runs" / cell / "metrics.json").write_text("{}")
+        (tmp_path / "bench" / "runs" / cell / "config.json").write_text(json.dumps({"device": device}))
     assert ledger.cell_machines("reduction", tmp_path) == {"cell__s0": "x86_64, AMD EPYC"}
+    assert ledger.cell_machines("bench", tmp_path) == {
+        "b": "x86_64, Intel Xeon",  # listed by its session
+        "c": "x86_64, Xeon, H200",  # a GPU cell: the one cell-less session on a GPU
+        "cell__s0": "x86_64, AMD EPYC",  # copied from the reused sweep, same metrics
+        "d": "x86_64, Intel Xeon"}  # a CPU cell: the one cell-less session on a CPU
+    (tmp_path / "bench" / "runs" / "cell__s0" / "metrics.json").write_text('{"ece": 1}')
+    assert ledger.cell_machines("bench", tmp_path)["cell__s0"] == "x86_64, Intel Xeon"  # not a copy
+    _fake_sweep(tmp_path, "lin2024_t1", [{"machine": intel}, {"machine": amd}], amd)
+    assert ledger.cell_machines("lin2024_t1", tmp_path) == {"cell__s0": "unrecorded"}
 
 
 def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):

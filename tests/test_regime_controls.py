@@ -153,3 +153,13 @@ def test_the_kept_predictions_give_the_recorded_ece():
         assert scores.score_ece(rows) == pytest.approx(recorded[key], abs=1e-9), cell.name
         checked += 1
     assert checked >= 0.9 * len(recorded)  # nearly every merged cell keeps its predictions
+
+
+def test_machine_kind_names_a_run_s_cpu_or_gpu_for_prose():
+    from calib.experiments.reduction_ledger import machine_kind
+
+    assert machine_kind("x86_64, AMD EPYC") == "AMD EPYC CPU"
+    assert machine_kind("x86_64, Intel(R) Xeon(R) Processor") == "Intel Xeon CPU"
+    assert machine_kind("x86_64, Intel(R) Xeon(R) Processor, NVIDIA H200", "cuda") == "NVIDIA H200 GPU"
+    assert machine_kind("unrecorded", "cuda:0") == "unrecorded GPU"
+    assert machine_kind("unrecorded") == "unrecorded CPU"

@@ -20,7 +20,7 @@ from .grid import cell_name_parts
 from .ledger import (PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, cell_machines, histories, load,
                      test_predictions)
 
-__all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "protocol_table", "epoch_curves",
+__all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "machine_kind", "protocol_table", "epoch_curves",
            "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "test_noise", "LOSS_NAMES"]
 
 
@@ -114,6 +114,18 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key],
             "machine": made[key]} for r in rows for key in [_row_key(name, r)]]
     return pd.DataFrame(out, columns=[*keep, *derived, "device", "machine"])
+
+
+def machine_kind(machine: str, device: str = "cpu") -> str:
+    """A run's machine for prose: "AMD EPYC CPU", "Intel Xeon CPU" or "NVIDIA H200 GPU"
+    from :func:`protocol_runs`' ``machine`` ("x86_64, AMD EPYC"; a GPU session's GPU last)
+    and ``device`` columns; "unrecorded CPU" where the ledger does not know it."""
+    unit = "GPU" if str(device).startswith("cuda") else "CPU"
+    parts = machine.split(", ")
+    if machine == "unrecorded" or len(parts) < 2:
+        return f"unrecorded {unit}"
+    name = parts[-1] if unit == "GPU" else parts[1]
+    return f"{name.replace('(R)', '').removesuffix(' Processor')} {unit}"
 
 
 def protocol_table(runs: Any) -> Any:
