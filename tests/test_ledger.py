@@ -13,7 +13,7 @@ import pathlib
 import pytest
 import torch
 
-from calib.experiments import ledger, machine, plans, reduction_ledger
+from calib.experiments import cell_origin, ledger, machine, plans, reduction_ledger
 from calib.train import TrainConfig, Trainer
 
 ROOT = pathlib.Path(__file__).resolve().parents[1] / ledger.ROOT
@@ -107,16 +107,16 @@ def test_cell_machines_names_the_machine_of_the_session_that_made_each_cell(tmp_
         (tmp_path / "bench" / "runs" / cell).mkdir()
         (tmp_path / "bench" / "runs" / cell / "metrics.json").write_text("{}")
         (tmp_path / "bench" / "runs" / cell / "config.json").write_text(json.dumps({"device": device}))
-    assert ledger.cell_machines("reduction", tmp_path) == {"cell__s0": "x86_64, AMD EPYC"}
-    assert ledger.cell_machines("bench", tmp_path) == {
+    assert cell_origin.cell_machines("reduction", tmp_path) == {"cell__s0": "x86_64, AMD EPYC"}
+    assert cell_origin.cell_machines("bench", tmp_path) == {
         "b": "x86_64, Intel Xeon",  # listed by its session
         "c": "x86_64, Xeon, H200",  # a GPU cell: the one cell-less session on a GPU
         "cell__s0": "x86_64, AMD EPYC",  # copied from the reused sweep, same metrics
         "d": "x86_64, Intel Xeon"}  # a CPU cell: the one cell-less session on a CPU
     (tmp_path / "bench" / "runs" / "cell__s0" / "metrics.json").write_text('{"ece": 1}')
-    assert ledger.cell_machines("bench", tmp_path)["cell__s0"] == "x86_64, Intel Xeon"  # not a copy
+    assert cell_origin.cell_machines("bench", tmp_path)["cell__s0"] == "x86_64, Intel Xeon"  # not a copy
     _fake_sweep(tmp_path, "lin2024_t1", [{"machine": intel}, {"machine": amd}], amd)
-    assert ledger.cell_machines("lin2024_t1", tmp_path) == {"cell__s0": "unrecorded"}
+    assert cell_origin.cell_machines("lin2024_t1", tmp_path) == {"cell__s0": "unrecorded"}
 
 
 def test_cells_of_a_fused_loss_made_before_its_kernel_are_not_rederivable(tmp_path, monkeypatch):

@@ -39,7 +39,7 @@ from .sweep import MANIFEST_FILE, RUNS_DIR
 
 __all__ = ["LedgerSweep", "SWEEPS", "ROOT", "PROVENANCE_FILE", "THREADS", "names", "command", "run",
            "record", "provenance", "load", "cell_dirs", "training_seconds", "histories", "refresh_command",
-           "PROTOCOLS", "machine", "machines", "cell_machines", "rederivable_cells", "diverged_cells", "paper_diverged",
+           "PROTOCOLS", "machine", "machines", "rederivable_cells", "diverged_cells", "paper_diverged",
            "PAPER_TABLES", "paper_runs", "method_table", "method_means", "method_runs", "available",
            "committed_root", "TABLE_COLUMNS", "REUSE", "REGIME_SIZES", "reuse", "keep_test_predictions",
            "test_predictions", "TEST_PREDICTIONS_FILE", "EQUAL_STEPS_EPOCHS", "REGIME_DRAW_SIZES",
@@ -405,40 +405,6 @@ def machines(name: str, root: str | os.PathLike | None = None) -> set[str]:
     """
     prov = _provenance(name, root)
     return {_cpu(s.get("machine", prov.get("machine", "unknown"))) for s in prov.get("sessions", [{}])}
-
-
-def cell_machines(name: str, root: str | os.PathLike | None = None) -> dict[str, str]:
-    """``{cell folder name: the machine (architecture and CPU model; a GPU session's GPU
-    after them) that made it}`` for each finished cell of sweep ``name``.
-
-    The session that lists a cell finished it (sessions list their ``cells`` since
-    2026-12-04; a cell resumed after a stop was begun by an earlier session);
-    a cell copied from the sweep it reuses (:data:`REUSE`) was made where that sweep made
-    it; any other cell by one of the sessions that list no cells and ran on its device
-    (a session's ``device``: ``cuda`` on a GPU), named where those ran on one machine and
-    ``"unrecorded"`` where they ran on several.
-    """
-    prov = _provenance(name, root)
-    sessions = [(s, _cpu(s.get("machine", prov.get("machine", "unknown"))))
-                for s in prov.get("sessions", [])]
-    made = {c: cpu for s, cpu in sessions for c in s.get("cells", [])}
-    unlisted = [(s.get("device") or "cpu", cpu) for s, cpu in sessions if "cells" not in s]
-    source = REUSE.get(name)
-    copied = cell_machines(source, root) if source and available(source, root, quiet=True) else {}
-    out = {}
-    for d in cell_dirs(name, root):
-        src = _root(root) / str(source) / RUNS_DIR / d.name
-        if d.name not in made and d.name in copied and _same_file(src / "metrics.json", d / "metrics.json"):
-            made[d.name] = copied[d.name]
-        config = json.loads((d / "config.json").read_text()) if (d / "config.json").is_file() else {}
-        device = (config.get("device") or "cpu").split(":")[0]
-        kinds = {cpu for on, cpu in unlisted if on == device}
-        out[d.name] = made.get(d.name, kinds.pop() if len(kinds) == 1 else "unrecorded")
-    return out
-
-
-def _same_file(a: Path, b: Path) -> bool:
-    return a.is_file() and b.is_file() and a.read_bytes() == b.read_bytes()
 
 
 def rederivable_cells(root: str | os.PathLike | None = None) -> list[Path]:

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .grid import cell_name_parts
-from .ledger import (PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, cell_machines, histories, load,
-                     test_predictions)
+from .cell_origin import cell_origins
+from .ledger import PROTOCOLS, SWEEPS, TABLE_COLUMNS, cell_dirs, histories, load, test_predictions
 
 __all__ = ["protocol_of", "size_of", "draw_of", "grid", "protocol_runs", "machine_kind", "protocol_table", "epoch_curves",
            "last_epoch", "sgd_steps", "first_drop", "nll_rise", "log_t_ratio", "test_noise", "LOSS_NAMES"]
@@ -100,19 +100,18 @@ def protocol_runs(name: str = "reduction", root: str | os.PathLike | None = None
     ``nll`` before temperature scaling, ``ece_ts`` and ``nll_ts`` after it; ``train_size``,
     the number of training images (:func:`size_of`); ``seconds``, the run's training time;
     ``device``, where it trained (``cpu``, or the ``cuda`` of a ledger session on a GPU);
-    ``machine``, the machine that made it (:func:`calib.experiments.ledger.cell_machines`:
+    ``machine``, the machine that made it (:func:`calib.experiments.cell_origin.cell_origins`:
     "x86_64, AMD EPYC"; CPU kinds differ in a run's last bits, which SGD amplifies);
     ``split_seed``, the draw of training and validation images (:func:`draw_of`).
     """
     import pandas as pd
 
     rows, _ = load(name, root)
-    where = _devices(name, root)
-    made = {_cell_key(name, cell): m for cell, m in cell_machines(name, root).items()}
+    where = {_cell_key(name, cell): origin for cell, origin in cell_origins(name, root).items()}
     keep = ("loss", "seed", "accuracy", "ece", "temperature", "ece_ts", "nll", "nll_ts", "seconds")
     derived = ("protocol", "train_size", "split_seed")
-    out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key],
-            "machine": made[key]} for r in rows for key in [_row_key(name, r)]]
+    out = [{**{k: r[k] for k in keep}, **dict(zip(derived, key[1:4])), "device": where[key][0],
+            "machine": where[key][1]} for r in rows for key in [_row_key(name, r)]]
     return pd.DataFrame(out, columns=[*keep, *derived, "device", "machine"])
 
 
@@ -195,15 +194,6 @@ def _cell_key(name: str, cell: str) -> tuple[str, str, int, int, int]:
     if (parts := cell_name_parts(cell)) is None:
         raise ValueError(f"{cell!r} is not a sweep cell's directory name")
     return _key(name, *parts)
-
-
-def _devices(name: str, root: str | os.PathLike | None) -> dict[tuple[str, str, int, int, int], str]:
-    """Where each finished cell trained: the device its config names, ``cpu`` where it names
-    none (every ledger session before the first on a GPU ran on a CPU and named none)."""
-    import json
-
-    return {_cell_key(name, d.name): json.loads((d / "config.json").read_text()).get("device") or "cpu"
-            for d in cell_dirs(name, root)}
 
 
 LOSS_NAMES = {"ce": "CE", "focal": "focal", "bsce_gra": "BSCE-GRA",  # the losses' names in the book
